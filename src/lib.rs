@@ -1,0 +1,3 @@
+//! tokio-workqueue (work in progress).
+pub mod limiter;
+pub use limiter::RateLimiter;
