@@ -1,3 +1,21 @@
 //! tokio-workqueue (work in progress).
+#![warn(missing_docs)]
+
+mod builder;
+mod error;
+mod item;
 pub mod limiter;
-pub use limiter::RateLimiter;
+pub mod metrics;
+mod options;
+mod queue;
+mod state;
+mod throttle;
+mod timer;
+
+pub use builder::Builder;
+pub use error::AddError;
+pub use item::WorkItem;
+pub use limiter::*;
+pub use options::{AddOpts, Lane};
+pub use queue::WorkQueue;
+pub use state::MAX_DELAY;
