@@ -8,6 +8,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+mod error;
+mod exponential;
+
+pub use error::InvalidLimiter;
+pub use exponential::ExponentialBackoff;
+
 /// Decides how long a key waits before it is handed out again.
 ///
 /// Implementations are shared by every clone of a queue, so they take `&self`
@@ -42,5 +48,33 @@ impl<K, R: RateLimiter<K> + ?Sized> RateLimiter<K> for Box<R> {
     }
     fn num_requeues(&self, key: &K) -> u32 {
         (**self).num_requeues(key)
+    }
+}
+
+/// Nanoseconds to a `Duration`, saturating at [`Duration::MAX`].
+pub(crate) fn duration_from_nanos(nanos: u128) -> Duration {
+    const NANOS_PER_SEC: u128 = 1_000_000_000;
+    match u64::try_from(nanos / NANOS_PER_SEC) {
+        // The remainder is below 10^9, so it fits in a u32.
+        Ok(secs) => Duration::new(secs, (nanos % NANOS_PER_SEC) as u32),
+        Err(_) => Duration::MAX,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn duration_from_nanos_is_exact_then_saturates() {
+        assert_eq!(duration_from_nanos(0), Duration::ZERO);
+        assert_eq!(
+            duration_from_nanos(1_500_000_001),
+            Duration::new(1, 500_000_001)
+        );
+        let max = Duration::MAX.as_nanos();
+        assert_eq!(duration_from_nanos(max), Duration::MAX);
+        assert_eq!(duration_from_nanos(max + 1), Duration::MAX);
+        assert_eq!(duration_from_nanos(u128::MAX), Duration::MAX);
     }
 }
