@@ -10,9 +10,11 @@ use std::time::Duration;
 
 mod error;
 mod exponential;
+mod fast_slow;
 
 pub use error::InvalidLimiter;
 pub use exponential::ExponentialBackoff;
+pub use fast_slow::FastSlow;
 
 /// Decides how long a key waits before it is handed out again.
 ///
