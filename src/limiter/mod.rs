@@ -11,11 +11,13 @@ use std::time::Duration;
 mod error;
 mod exponential;
 mod fast_slow;
+mod max_of;
 mod token_bucket;
 
 pub use error::InvalidLimiter;
 pub use exponential::ExponentialBackoff;
 pub use fast_slow::FastSlow;
+pub use max_of::MaxOf;
 pub use token_bucket::TokenBucket;
 
 /// Decides how long a key waits before it is handed out again.
