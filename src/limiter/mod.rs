@@ -12,12 +12,14 @@ mod error;
 mod exponential;
 mod fast_slow;
 mod max_of;
+mod max_wait;
 mod token_bucket;
 
 pub use error::InvalidLimiter;
 pub use exponential::ExponentialBackoff;
 pub use fast_slow::FastSlow;
 pub use max_of::MaxOf;
+pub use max_wait::WithMaxWait;
 pub use token_bucket::TokenBucket;
 
 /// Decides how long a key waits before it is handed out again.
