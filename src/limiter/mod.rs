@@ -8,6 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+mod defaults;
 mod error;
 mod exponential;
 mod fast_slow;
@@ -15,6 +16,7 @@ mod max_of;
 mod max_wait;
 mod token_bucket;
 
+pub use defaults::default_controller_rate_limiter;
 pub use error::InvalidLimiter;
 pub use exponential::ExponentialBackoff;
 pub use fast_slow::FastSlow;
