@@ -15,7 +15,10 @@ mod timer;
 pub use builder::Builder;
 pub use error::AddError;
 pub use item::WorkItem;
-pub use limiter::*;
+pub use limiter::{
+    ExponentialBackoff, FastSlow, InvalidLimiter, MaxOf, RateLimiter, TokenBucket, WithMaxWait,
+    default_controller_rate_limiter,
+};
 pub use options::{AddOpts, Lane};
 pub use queue::WorkQueue;
 pub use state::MAX_DELAY;
