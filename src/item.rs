@@ -3,7 +3,6 @@
 use std::fmt;
 use std::hash::Hash;
 use std::ops::Deref;
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -11,6 +10,7 @@ use tokio::time::Instant;
 use crate::error::AddError;
 use crate::queue::{Shared, refused};
 use crate::state::{MAX_DELAY, When};
+use crate::sync::Arc;
 
 /// A key leased to one consumer.
 ///

@@ -87,6 +87,7 @@ pub mod metrics;
 mod options;
 mod queue;
 mod state;
+mod sync;
 mod throttle;
 mod timer;
 

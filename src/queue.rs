@@ -10,13 +10,10 @@ use std::fmt;
 use std::future::Future;
 use std::hash::{BuildHasher, Hash};
 use std::pin::{Pin, pin};
-use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures_core::Stream;
-use parking_lot::Mutex;
-use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::error::AddError;
@@ -25,6 +22,7 @@ use crate::limiter::RateLimiter;
 use crate::metrics::{MetricsHook, Probe, Snapshot, Source};
 use crate::options::{AddOpts, Lane};
 use crate::state::{Effects, MAX_DELAY, Refused, State, When};
+use crate::sync::{Arc, Mutex, Notify};
 use crate::throttle::Throttle;
 use crate::{Builder, timer};
 

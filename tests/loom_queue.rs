@@ -1,0 +1,303 @@
+//! loom models of the queue's concurrency claims: every interleaving of two or
+//! three threads adding, taking, ending leases and shutting down.
+//!
+//! Run with (a separate target directory keeps the normal build intact):
+//!
+//! ```text
+//! RUSTFLAGS="--cfg tokio_workqueue_loom" CARGO_TARGET_DIR=target/loom \
+//!     cargo test --release --test loom_queue
+//! ```
+//!
+//! Under that cfg the crate's mutex and `Notify` are loom's (see
+//! `src/sync.rs`), and loom reports a deadlock for any `get` or drain that
+//! would wait for ever: a lost wake-up fails the model.
+//!
+//! What is not here: timers and the clock. tokio's timer wheel, tokio-util's
+//! `DelayQueue` and tokio's clock are not loom-aware, so these models use only
+//! immediate adds and requeues. Delayed adds, `requeue_after`, rate-limited
+//! adds, the starvation bound and the throttle are covered by the property
+//! tests (`tests/model.rs`, on paused tokio time), the multi-threaded stress
+//! test (`tests/stress.rs`) and the soak example (`examples/soak.rs`).
+//!
+//! The preemption bound defaults to 3 (override with `LOOM_MAX_PREEMPTIONS`).
+#![cfg(tokio_workqueue_loom)]
+
+use std::future::Future;
+use std::pin::pin;
+use std::sync::Arc as StdArc;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::task::{Context, Poll, Waker};
+
+use loom::thread;
+use tokio_workqueue::{AddError, WorkQueue};
+
+fn model(f: impl Fn() + Sync + Send + 'static) {
+    let mut b = loom::model::Builder::new();
+    if b.preemption_bound.is_none() {
+        b.preemption_bound = Some(3);
+    }
+    b.check(f);
+}
+
+fn queue() -> WorkQueue<u32> {
+    WorkQueue::new()
+}
+
+/// Polls `fut` once with a waker that does nothing, as a `select!` that
+/// abandons the branch would.
+fn poll_once<F: Future>(fut: F) -> Option<F::Output> {
+    let mut fut = pin!(fut);
+    match fut.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(v) => Some(v),
+        Poll::Pending => None,
+    }
+}
+
+/// A consumer parks in `get` while a producer adds: the consumer gets the key
+/// whatever the interleaving (no lost wake-up).
+#[test]
+fn add_vs_get_no_lost_wake_up() {
+    model(|| {
+        let q = queue();
+        let consumer = {
+            let q = q.clone();
+            thread::spawn(move || loom::future::block_on(q.get()).map(|i| *i))
+        };
+        q.add(1).unwrap();
+        assert_eq!(consumer.join().unwrap(), Some(1));
+        assert!(q.is_empty());
+    });
+}
+
+/// Two consumers, two keys, added by a third thread: each consumer gets one
+/// key, the two keys are different, and neither consumer hangs.
+#[test]
+fn two_consumers_two_keys() {
+    model(|| {
+        let q = queue();
+        let consumers: Vec<_> = (0..2)
+            .map(|_| {
+                let q = q.clone();
+                thread::spawn(move || {
+                    let item = loom::future::block_on(q.get()).unwrap();
+                    *item
+                })
+            })
+            .collect();
+        let producer = {
+            let q = q.clone();
+            thread::spawn(move || {
+                q.add(1).unwrap();
+                q.add(2).unwrap();
+            })
+        };
+        producer.join().unwrap();
+        let mut got: Vec<u32> = consumers.into_iter().map(|c| c.join().unwrap()).collect();
+        got.sort();
+        assert_eq!(got, [1, 2]);
+    });
+}
+
+/// A key re-added while leased (by another thread, racing the lease end)
+/// comes back exactly once, and never while the first lease is held.
+#[test]
+fn add_during_lease_comes_back_exactly_once() {
+    model(|| {
+        let q = queue();
+        q.add(7).unwrap();
+        let item = loom::future::block_on(q.get()).unwrap();
+        let holders = StdArc::new(AtomicUsize::new(1));
+        let ender = {
+            let holders = holders.clone();
+            thread::spawn(move || {
+                holders.fetch_sub(1, SeqCst);
+                item.done();
+            })
+        };
+        let adder = {
+            let q = q.clone();
+            thread::spawn(move || q.add(7).unwrap())
+        };
+        // The second lease: whenever it is granted, the first has ended.
+        let again = loom::future::block_on(q.get()).unwrap();
+        assert_eq!(holders.fetch_add(1, SeqCst), 0, "two leases at once");
+        assert_eq!(*again, 7);
+        ender.join().unwrap();
+        adder.join().unwrap();
+        holders.fetch_sub(1, SeqCst);
+        drop(again);
+        assert_eq!(q.len(), 0, "handed out once for one add");
+        q.shutdown();
+        assert!(loom::future::block_on(q.get()).is_none());
+    });
+}
+
+/// A requeue racing a plain add of the same key: one entry, not two.
+#[test]
+fn requeue_and_add_race_to_one_entry() {
+    model(|| {
+        let q = queue();
+        q.add(3).unwrap();
+        let item = loom::future::block_on(q.get()).unwrap();
+        let requeuer = thread::spawn(move || item.requeue().unwrap());
+        let adder = {
+            let q = q.clone();
+            thread::spawn(move || q.add(3).unwrap())
+        };
+        requeuer.join().unwrap();
+        adder.join().unwrap();
+        assert_eq!(q.len(), 1);
+        let item = loom::future::block_on(q.get()).unwrap();
+        assert_eq!(*item, 3);
+        drop(item);
+        assert!(q.is_empty());
+    });
+}
+
+/// A consumer parked on an empty queue while another thread shuts it down:
+/// `get` returns `None`, it does not hang.
+#[test]
+fn shutdown_wakes_a_parked_get() {
+    model(|| {
+        let q = queue();
+        let consumer = {
+            let q = q.clone();
+            thread::spawn(move || loom::future::block_on(q.get()).is_none())
+        };
+        q.shutdown();
+        assert!(consumer.join().unwrap());
+        assert_eq!(q.add(1), Err(AddError::ShuttingDown));
+    });
+}
+
+/// Shutdown racing an add and a parked consumer: the consumer gets the key
+/// if the add was accepted, `None` otherwise; nothing hangs.
+#[test]
+fn shutdown_add_and_get_race() {
+    model(|| {
+        let q = queue();
+        let consumer = {
+            let q = q.clone();
+            thread::spawn(move || loom::future::block_on(q.get()).map(|i| *i))
+        };
+        let adder = {
+            let q = q.clone();
+            thread::spawn(move || q.add(1).is_ok())
+        };
+        q.shutdown();
+        let accepted = adder.join().unwrap();
+        let got = consumer.join().unwrap();
+        assert_eq!(got.is_some(), accepted, "accepted key handed out, or none");
+    });
+}
+
+/// `shutdown_with_drain` racing the end of the last lease: it resolves (no
+/// hang), and only once the lease has ended.
+#[test]
+fn drain_vs_last_lease_end() {
+    model(|| {
+        let q = queue();
+        q.add(1).unwrap();
+        let item = loom::future::block_on(q.get()).unwrap();
+        let ended = StdArc::new(AtomicUsize::new(0));
+        let drainer = {
+            let q = q.clone();
+            let ended = ended.clone();
+            thread::spawn(move || {
+                loom::future::block_on(q.shutdown_with_drain());
+                assert_eq!(ended.load(SeqCst), 1, "drained while a lease was held");
+            })
+        };
+        ended.store(1, SeqCst);
+        drop(item);
+        drainer.join().unwrap();
+    });
+}
+
+/// Draining waits for a ready key to be taken and its lease to end; a
+/// consumer thread does both while the drain and a dirty re-add race.
+#[test]
+fn drain_waits_for_ready_and_dirty_keys() {
+    model(|| {
+        let q = queue();
+        q.add(1).unwrap();
+        let item = loom::future::block_on(q.get()).unwrap();
+        q.add(1).unwrap(); // dirty: owed after the lease, even past shutdown
+        let handled = StdArc::new(AtomicUsize::new(0));
+        let consumer = {
+            let q = q.clone();
+            let handled = handled.clone();
+            thread::spawn(move || {
+                drop(item);
+                while let Some(again) = loom::future::block_on(q.get()) {
+                    assert_eq!(*again, 1);
+                    handled.fetch_add(1, SeqCst);
+                }
+            })
+        };
+        loom::future::block_on(q.shutdown_with_drain());
+        assert_eq!(
+            handled.load(SeqCst),
+            1,
+            "drain resolved before the re-add ran"
+        );
+        consumer.join().unwrap();
+    });
+}
+
+/// Two consumers park; a key is added; one consumer abandons its `get` (a
+/// `select!` that took another branch) without polling it again. The key is
+/// not lost and the wake-up the abandoned `get` may have taken passes to the
+/// other consumer, which gets the key instead of hanging.
+#[test]
+fn a_dropped_get_passes_its_wake_up_on() {
+    model(|| {
+        let q = queue();
+        let quitter = {
+            let q = q.clone();
+            thread::spawn(move || {
+                if let Some(item) = poll_once(q.get()) {
+                    // It took the key before parking: it handles it, and
+                    // adds another so the waiter still has one to get.
+                    assert_eq!(*item.unwrap(), 1);
+                    q.add(2).unwrap();
+                }
+            })
+        };
+        let waiter = {
+            let q = q.clone();
+            thread::spawn(move || *loom::future::block_on(q.get()).unwrap())
+        };
+        q.add(1).unwrap();
+        quitter.join().unwrap();
+        let got = waiter.join().unwrap();
+        assert!(got == 1 || got == 2);
+        assert!(q.is_empty());
+    });
+}
+
+/// A stream consumer behaves as `get` does: it gets a key added by another
+/// thread and ends once the queue is shut down.
+#[test]
+fn stream_consumer_gets_the_key_then_ends() {
+    use futures::StreamExt;
+    model(|| {
+        let q = queue();
+        let consumer = {
+            let mut stream = q.clone();
+            thread::spawn(move || {
+                loom::future::block_on(async {
+                    let mut seen = Vec::new();
+                    while let Some(item) = stream.next().await {
+                        seen.push(*item);
+                    }
+                    seen
+                })
+            })
+        };
+        q.add(5).unwrap();
+        q.shutdown();
+        let seen = consumer.join().unwrap();
+        assert_eq!(seen, [5]);
+    });
+}
