@@ -1,0 +1,303 @@
+//! Property tests: random operation sequences against a reference model.
+//!
+//! Each case builds a queue (with or without a starvation bound) on a paused
+//! current-thread runtime and runs random adds (priorities, delays, rate
+//! limits), gets (kept pending, polled later or dropped), stream polls, lease
+//! ends (drop, done, requeue, requeue after a delay, rate-limited requeue),
+//! clock moves, shutdowns and drains, next to the Vec-based model in
+//! `support/model.rs`. After every step the driver (`support/driver.rs`)
+//! checks that:
+//!
+//! - every hand-out is the key and priority the model hands out: higher
+//!   priority first, FIFO within a priority, a raise to the back of the new
+//!   level, a lower priority never lowering, the earliest ready time winning,
+//!   delayed keys in the order they became ready, requeues at the handed-out
+//!   priority, and with a starvation bound the oldest key past half the bound
+//!   first;
+//! - no key is leased twice at once, and no key is handed out twice for one
+//!   add (the model would not hand it out);
+//! - `len`, the snapshot's levels, in-flight and waiting counts, shutdown and
+//!   the limiter's `num_requeues` agree with the model;
+//! - parked consumers are woken for ready keys (as many as there are keys),
+//!   all of them once the queue is closed, and a drain resolves exactly when
+//!   nothing is ready and nothing is leased after shutdown;
+//!
+//! and at the end that nothing was lost: once every lease ends and every
+//! delay runs out, every key left is handed out and the queue drains.
+//!
+//! `PROPTEST_CASES` sets the number of cases (512 by default); a long run is
+//! `PROPTEST_CASES=100000 cargo test --release --test model`.
+
+mod support;
+
+use proptest::prelude::*;
+use support::driver::{Config, EndHow, Op, run};
+use support::model::Key;
+
+const KEYS: Key = 6;
+
+fn op() -> impl Strategy<Value = Op> {
+    let key = 0..KEYS;
+    let delay = prop_oneof![3 => Just(0u8), 2 => 1..=6u8];
+    let how = prop_oneof![
+        2 => Just(EndHow::Drop),
+        2 => Just(EndHow::Done),
+        2 => Just(EndHow::Requeue(0)),
+        2 => (1..=6u8).prop_map(EndHow::Requeue),
+        1 => Just(EndHow::RequeueRateLimited),
+    ];
+    prop_oneof![
+        10 => (key.clone(), -2..=2i8, delay, prop::bool::weighted(0.15)).prop_map(
+            |(key, priority, delay_ms, rate_limited)| Op::Add {
+                key,
+                priority,
+                delay_ms,
+                rate_limited,
+            }
+        ),
+        5 => Just(Op::Get),
+        2 => Just(Op::PollGets),
+        1 => any::<u8>().prop_map(Op::DropGet),
+        2 => Just(Op::StreamNext),
+        1 => Just(Op::DropStream),
+        5 => (any::<u8>(), how).prop_map(|(lease, how)| Op::End { lease, how }),
+        1 => key.prop_map(Op::Forget),
+        3 => (1..=5u8).prop_map(Op::Advance),
+        1 => Just(Op::Shutdown),
+        1 => Just(Op::Drain),
+    ]
+}
+
+fn config() -> impl Strategy<Value = Config> {
+    prop_oneof![
+        3 => Just(None),
+        1 => Just(Some(0u8)),
+        2 => (1..=12u8).prop_map(Some),
+    ]
+    .prop_map(|starvation_bound_ms| Config {
+        starvation_bound_ms,
+    })
+}
+
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(512)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: cases(),
+        max_shrink_iters: 10_000,
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn the_queue_behaves_as_the_model(cfg in config(), ops in prop::collection::vec(op(), 1..120)) {
+        run(cfg, &ops);
+    }
+}
+
+// Named scenarios for each ordering claim of issue #4. Each runs the real
+// queue against the model (so the model itself is pinned to the claim by the
+// expected order written here).
+
+fn add(key: Key, priority: i8, delay_ms: u8) -> Op {
+    Op::Add {
+        key,
+        priority,
+        delay_ms,
+        rate_limited: false,
+    }
+}
+
+/// Runs `ops` against the model and returns the model's hand-outs (key,
+/// priority) in order; the driver checks the real queue agrees.
+fn hand_outs(cfg: Config, ops: &[Op]) -> Vec<(Key, i32)> {
+    use support::model::{Backoff, End, Model};
+    // The same ops through the real queue first: it must agree step by step.
+    run(cfg, ops);
+    let mut m = Model::new(cfg.starvation_bound_ms.map(u64::from), Backoff::new(1, 4));
+    let mut leased: Vec<Key> = Vec::new();
+    let mut out = Vec::new();
+    for op in ops {
+        match *op {
+            Op::Add {
+                key,
+                priority,
+                delay_ms,
+                rate_limited,
+            } => {
+                let _ = m.add(key, priority.into(), delay_ms.into(), rate_limited);
+            }
+            Op::Get => {
+                if let Some((k, p)) = m.pop() {
+                    out.push((k, p));
+                    leased.push(k);
+                }
+            }
+            Op::End { lease, how } => {
+                let k = leased.remove(usize::from(lease) % leased.len());
+                let end = match how {
+                    EndHow::Drop | EndHow::Done => End::Done,
+                    EndHow::Requeue(ms) => End::Requeue(ms.into()),
+                    EndHow::RequeueRateLimited => End::RequeueRateLimited,
+                };
+                let _ = m.finish(k, end);
+            }
+            Op::Advance(ms) => (0..ms).for_each(|_| m.tick()),
+            _ => unimplemented!("scenario op {op:?}"),
+        }
+    }
+    out
+}
+
+const STRICT: Config = Config {
+    starvation_bound_ms: None,
+};
+
+#[test]
+fn higher_priority_first_fifo_within_a_priority() {
+    let ops = [
+        add(1, 0, 0),
+        add(2, 2, 0),
+        add(3, 0, 0),
+        add(4, 2, 0),
+        add(5, -1, 0),
+        Op::Get,
+        Op::Get,
+        Op::Get,
+        Op::Get,
+        Op::Get,
+    ];
+    assert_eq!(
+        hand_outs(STRICT, &ops),
+        [(2, 2), (4, 2), (1, 0), (3, 0), (5, -1)]
+    );
+}
+
+#[test]
+fn a_raise_goes_to_the_back_of_the_new_level_a_lower_priority_never_lowers() {
+    let ops = [
+        add(1, 1, 0),
+        add(2, 0, 0),
+        add(3, 1, 0),
+        add(2, 1, 0),  // raised: behind 3
+        add(1, -2, 0), // never lowered, and keeps its place
+        Op::Get,
+        Op::Get,
+        Op::Get,
+    ];
+    assert_eq!(hand_outs(STRICT, &ops), [(1, 1), (3, 1), (2, 1)]);
+}
+
+#[test]
+fn the_earliest_ready_time_wins_across_delayed_re_adds() {
+    let ops = [
+        add(1, 0, 5),
+        add(1, 0, 2), // earlier: wins
+        add(1, 0, 6), // later: ignored
+        add(2, 0, 3),
+        Op::Advance(2),
+        Op::Get,
+        Op::Advance(1),
+        Op::Get,
+        Op::Advance(5),
+        Op::Get, // nothing: key 1 fired once
+    ];
+    assert_eq!(hand_outs(STRICT, &ops), [(1, 0), (2, 0)]);
+}
+
+#[test]
+fn a_delayed_key_is_ordered_by_when_it_became_ready() {
+    let ops = [
+        add(1, 0, 4),
+        add(2, 0, 0),
+        add(3, 0, 1),
+        add(4, 0, 4),
+        Op::Advance(4),
+        add(5, 0, 0),
+        Op::Get,
+        Op::Get,
+        Op::Get,
+        Op::Get,
+        Op::Get,
+    ];
+    assert_eq!(
+        hand_outs(STRICT, &ops),
+        [(2, 0), (3, 0), (1, 0), (4, 0), (5, 0)]
+    );
+}
+
+#[test]
+fn a_requeue_keeps_the_handed_out_priority() {
+    let ops = [
+        add(1, 2, 0),
+        add(2, 1, 0),
+        Op::Get,
+        Op::End {
+            lease: 0,
+            how: EndHow::Requeue(0),
+        },
+        add(3, 2, 0),
+        Op::Get,
+        Op::Get,
+        Op::Get,
+    ];
+    assert_eq!(hand_outs(STRICT, &ops), [(1, 2), (1, 2), (3, 2), (2, 1)]);
+}
+
+#[test]
+fn a_key_re_added_during_its_lease_comes_back_once_at_the_back_of_its_level() {
+    let ops = [
+        add(1, 0, 0),
+        Op::Get,
+        add(1, 0, 0),
+        add(1, 0, 0),
+        add(2, 0, 0),
+        Op::End {
+            lease: 0,
+            how: EndHow::Done,
+        },
+        Op::Get,
+        Op::Get,
+        Op::Get,
+    ];
+    assert_eq!(hand_outs(STRICT, &ops), [(1, 0), (2, 0), (1, 0)]);
+}
+
+#[test]
+fn with_a_starvation_bound_keys_older_than_half_of_it_go_first_oldest_first() {
+    let bound = Config {
+        starvation_bound_ms: Some(4),
+    };
+    let ops = [
+        add(1, -2, 0), // ready at 0
+        add(2, -1, 0), // ready at 0, after 1
+        Op::Advance(1),
+        add(3, 2, 0), // ready at 1
+        Op::Get,      // 1 ms: nobody is 2 ms old yet: priority
+        Op::Advance(1),
+        add(4, 2, 0),
+        Op::Get, // 2 ms: 1 and 2 are old enough: the oldest first
+        Op::Get,
+        Op::Get, // 4 became ready at 2: not old, priority
+    ];
+    assert_eq!(hand_outs(bound, &ops), [(3, 2), (1, -2), (2, -1), (4, 2)]);
+}
+
+#[test]
+fn a_zero_starvation_bound_is_strict_ready_time_fifo() {
+    let zero = Config {
+        starvation_bound_ms: Some(0),
+    };
+    let ops = [
+        add(1, -2, 0),
+        add(2, 2, 0),
+        add(1, 5, 0), // a raise does not change its age
+        Op::Get,
+        Op::Get,
+    ];
+    assert_eq!(hand_outs(zero, &ops), [(1, 5), (2, 2)]);
+}
