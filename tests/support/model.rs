@@ -431,7 +431,7 @@ impl Model {
                 }
             }
         }
-        levels.sort_by(|a, b| b.0.cmp(&a.0));
+        levels.sort_by_key(|&(p, _)| std::cmp::Reverse(p));
         levels
     }
 
