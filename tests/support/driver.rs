@@ -406,14 +406,13 @@ impl Driver {
             })
             .await;
         }
-        // Longer than any delay the language can make (u8 ms, or the
-        // limiter's cap).
-        let longest = u8::MAX as u64 + BACKOFF.1;
-        for _ in 0..=longest / 200 {
-            self.apply(Op::Advance(200)).await;
+        // Let every delay run out, a millisecond at a time (the language
+        // makes delays of at most 255 ms, the limiter's of at most 4).
+        for _ in 0..=u8::MAX as u64 + BACKOFF.1 {
             if self.model.waiting() == 0 {
                 break;
             }
+            self.apply(Op::Advance(1)).await;
         }
         assert_eq!(self.model.waiting(), 0);
         // Take everything left, ending each lease at once.
