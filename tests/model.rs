@@ -17,7 +17,10 @@
 //! - no key is leased twice at once, and no key is handed out twice for one
 //!   add (the model would not hand it out);
 //! - `len`, the snapshot's levels, in-flight and waiting counts, shutdown and
-//!   the limiter's `num_requeues` agree with the model;
+//!   the limiter's `num_requeues` agree with the model, and when times are
+//!   kept, the snapshot's lease times and a metrics hook's events (adds,
+//!   retries, hand-outs and how long they waited, lease ends and how long
+//!   they ran) too;
 //! - parked consumers are woken for ready keys (as many as there are keys),
 //!   all of them once the queue is closed, and a drain resolves exactly when
 //!   nothing is ready and nothing is leased after shutdown;
@@ -74,8 +77,11 @@ fn config() -> impl Strategy<Value = Config> {
         1 => Just(Some(0u8)),
         2 => (1..=12u8).prop_map(Some),
     ]
-    .prop_map(|starvation_bound_ms| Config {
-        starvation_bound_ms,
+    .prop_flat_map(|starvation_bound_ms| {
+        prop::bool::weighted(0.3).prop_map(move |metrics| Config {
+            starvation_bound_ms,
+            metrics,
+        })
     })
 }
 
@@ -155,6 +161,7 @@ fn hand_outs(cfg: Config, ops: &[Op]) -> Vec<(Key, i32)> {
 
 const STRICT: Config = Config {
     starvation_bound_ms: None,
+    metrics: true,
 };
 
 #[test]
@@ -271,6 +278,7 @@ fn a_key_re_added_during_its_lease_comes_back_once_at_the_back_of_its_level() {
 fn with_a_starvation_bound_keys_older_than_half_of_it_go_first_oldest_first() {
     let bound = Config {
         starvation_bound_ms: Some(4),
+        metrics: false,
     };
     let ops = [
         add(1, -2, 0), // ready at 0
@@ -291,6 +299,7 @@ fn with_a_starvation_bound_keys_older_than_half_of_it_go_first_oldest_first() {
 fn a_zero_starvation_bound_is_strict_ready_time_fifo() {
     let zero = Config {
         starvation_bound_ms: Some(0),
+        metrics: false,
     };
     let ops = [
         add(1, -2, 0),

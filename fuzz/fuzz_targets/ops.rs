@@ -68,6 +68,7 @@ impl<'a> Arbitrary<'a> for Input {
             3 => Some(0),
             _ => Some(u.int_in_range(1..=12)?),
         };
+        let metrics = u.ratio(1, 3)?;
         let mut ops = Vec::new();
         while !u.is_empty() && ops.len() < MAX_OPS {
             ops.push(op(u)?);
@@ -75,6 +76,7 @@ impl<'a> Arbitrary<'a> for Input {
         Ok(Input {
             cfg: Config {
                 starvation_bound_ms,
+                metrics,
             },
             ops,
         })

@@ -8,10 +8,14 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::task::Poll;
 use std::time::Duration;
 
+use tokio::time::Instant;
 use tokio_test::task::{Spawn, spawn};
+use tokio_workqueue::metrics::MetricsHook;
 use tokio_workqueue::{AddError, AddOpts, ExponentialBackoff, WorkItem, WorkQueue};
 
 use super::model::{Backoff, End, Key, Model, ShuttingDown};
@@ -66,6 +70,36 @@ pub enum EndHow {
 pub struct Config {
     /// `Builder::starvation_bound`, in ms.
     pub starvation_bound_ms: Option<u8>,
+    /// With a metrics hook, whose events are checked against the model.
+    pub metrics: bool,
+}
+
+/// A metrics hook that counts what it is told.
+#[derive(Debug, Default)]
+pub struct Counting {
+    adds: AtomicU64,
+    retries: AtomicU64,
+    handed_out: AtomicU64,
+    waited_ns: AtomicU64,
+    done: AtomicU64,
+    worked_ns: AtomicU64,
+}
+
+impl MetricsHook for Counting {
+    fn add(&self) {
+        self.adds.fetch_add(1, Relaxed);
+    }
+    fn retry(&self) {
+        self.retries.fetch_add(1, Relaxed);
+    }
+    fn handed_out(&self, waited: Duration) {
+        self.handed_out.fetch_add(1, Relaxed);
+        self.waited_ns.fetch_add(waited.as_nanos() as u64, Relaxed);
+    }
+    fn done(&self, worked: Duration) {
+        self.done.fetch_add(1, Relaxed);
+        self.worked_ns.fetch_add(worked.as_nanos() as u64, Relaxed);
+    }
 }
 
 /// The rate limiter both sides use: 1 ms, 2 ms, 4 ms, 4 ms, ...
@@ -78,7 +112,14 @@ type DrainFut = Pin<Box<dyn Future<Output = ()> + Send>>;
 pub struct Driver {
     q: WorkQueue<Key>,
     model: Model,
-    leases: Vec<WorkItem<Key>>,
+    /// Leases held, and when each started.
+    leases: Vec<(WorkItem<Key>, Instant)>,
+    /// Whether the queue keeps times (a starvation bound or metrics).
+    track: bool,
+    hook: Option<Arc<Counting>>,
+    /// Leases ended, and their total length.
+    ended: u64,
+    worked: Duration,
     gets: Vec<Spawn<GetFut>>,
     /// The stream consumer, and whether its last poll was pending.
     stream: Option<(Spawn<WorkQueue<Key>>, bool)>,
@@ -122,7 +163,15 @@ impl Driver {
         if let Some(bound) = cfg.starvation_bound_ms {
             b = b.starvation_bound(ms(bound.into()));
         }
+        let hook = cfg.metrics.then(|| Arc::new(Counting::default()));
+        if let Some(h) = &hook {
+            b = b.metrics(h.clone());
+        }
         Driver {
+            track: cfg.metrics || cfg.starvation_bound_ms.is_some(),
+            hook,
+            ended: 0,
+            worked: Duration::ZERO,
             q: b.build(),
             model: Model::new(
                 cfg.starvation_bound_ms.map(u64::from),
@@ -221,7 +270,9 @@ impl Driver {
             Op::End { lease, how } => {
                 if !self.leases.is_empty() {
                     let i = usize::from(lease) % self.leases.len();
-                    let item = self.leases.remove(i);
+                    let (item, started) = self.leases.remove(i);
+                    self.ended += 1;
+                    self.worked += started.elapsed();
                     let key = *item.key();
                     let (real, end) = match how {
                         EndHow::Drop => {
@@ -300,13 +351,13 @@ impl Driver {
                     self.model
                 );
                 assert!(
-                    self.leases.iter().all(|l| l.key() != item.key()),
+                    self.leases.iter().all(|(l, _)| l.key() != item.key()),
                     "step {}: key {} leased twice at once",
                     self.step,
                     item.key()
                 );
                 self.handed_out += 1;
-                self.leases.push(item);
+                self.leases.push((item, Instant::now()));
             }
             None => assert!(
                 self.model.closed(),
@@ -347,7 +398,7 @@ impl Driver {
                 ctx()
             );
         }
-        for l in &self.leases {
+        for (l, _) in &self.leases {
             assert!(
                 m.entry(*l.key()).is_some_and(|e| matches!(
                     e,
@@ -357,6 +408,41 @@ impl Driver {
                 )),
                 "lease on {} unknown to the model: {}",
                 l.key(),
+                ctx()
+            );
+        }
+
+        // Lease times, kept when the queue tracks times.
+        if self.track {
+            let now = Instant::now();
+            let ran: Vec<Duration> = self.leases.iter().map(|(_, at)| now - *at).collect();
+            let longest = ran.iter().max().copied().unwrap_or_default();
+            assert_eq!(snap.longest_running, longest, "longest running: {}", ctx());
+            let total: Duration = ran.iter().sum();
+            assert_eq!(snap.unfinished_work, total, "unfinished work: {}", ctx());
+        }
+        // The metrics hook was told exactly what happened.
+        if let Some(h) = &self.hook {
+            let got = [
+                h.adds.load(Relaxed),
+                h.retries.load(Relaxed),
+                h.handed_out.load(Relaxed),
+                h.waited_ns.load(Relaxed),
+                h.done.load(Relaxed),
+                h.worked_ns.load(Relaxed),
+            ];
+            let want = [
+                m.adds,
+                m.retries,
+                self.handed_out as u64,
+                m.waited_ms * 1_000_000,
+                self.ended,
+                self.worked.as_nanos() as u64,
+            ];
+            assert_eq!(
+                got,
+                want,
+                "metrics [adds, retries, handed out, waited, done, worked]: {}",
                 ctx()
             );
         }

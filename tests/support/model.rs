@@ -116,6 +116,12 @@ pub struct Model {
     pub shutdown: bool,
     pub limiter: Backoff,
     seq: u64,
+    /// What a metrics hook should have been told: keys that joined the set
+    /// waiting to be processed (client-go's adds), accepted rate-limited
+    /// adds and requeues, and the total time hand-outs had waited ready.
+    pub adds: u64,
+    pub retries: u64,
+    pub waited_ms: u64,
 }
 
 impl Model {
@@ -127,6 +133,9 @@ impl Model {
             shutdown: false,
             limiter,
             seq: 0,
+            adds: 0,
+            retries: 0,
+            waited_ms: 0,
         }
     }
 
@@ -166,11 +175,24 @@ impl Model {
             delay = delay.max(self.limiter.when(key));
         }
         self.merge(key, priority, delay);
+        self.retries += u64::from(rate_limited);
         Ok(())
     }
 
-    /// One more add of `key` (semantics 2, 3 and 4).
+    /// One more add of `key`, counted as an add for metrics when it makes
+    /// the key pending (ready, or due once its lease ends) where it was not.
     fn merge(&mut self, key: Key, priority: i32, delay: u64) {
+        let pending =
+            |e: Option<Entry>| matches!(e, Some(Entry::Ready { .. } | Entry::LeasedDirty { .. }));
+        let before = pending(self.entry(key));
+        self.merge_entry(key, priority, delay);
+        if !before && pending(self.entry(key)) {
+            self.adds += 1;
+        }
+    }
+
+    /// One more add of `key` (semantics 2, 3 and 4).
+    fn merge_entry(&mut self, key: Key, priority: i32, delay: u64) {
         let deadline = self.now + delay;
         let Some(i) = self.find(key) else {
             let entry = if delay == 0 {
@@ -291,6 +313,7 @@ impl Model {
             .collect();
         due.sort();
         for (_, _, key) in due {
+            self.adds += 1;
             let i = self.find(key).unwrap();
             self.entries[i].1 = match self.entries[i].1 {
                 Entry::Waiting { priority, .. } => self.ready(priority),
@@ -333,6 +356,9 @@ impl Model {
                 .min_by_key(|r| (std::cmp::Reverse(r.1), r.2))
                 .unwrap()
         });
+        if let Entry::Ready { ready_at, .. } = self.entries[i].1 {
+            self.waited_ms += self.now - ready_at;
+        }
         self.entries[i].1 = Entry::Leased { handed: priority };
         Some((self.entries[i].0, priority))
     }
@@ -355,6 +381,7 @@ impl Model {
             End::RequeueRateLimited => {
                 let delay = self.limiter.when(key);
                 self.merge(key, handed, delay);
+                self.retries += 1;
             }
         }
         let i = self.find(key).unwrap();
