@@ -7,6 +7,7 @@ mod item;
 pub mod limiter;
 pub mod metrics;
 mod options;
+pub mod partition;
 mod queue;
 mod state;
 mod throttle;
@@ -20,5 +21,8 @@ pub use limiter::{
     default_controller_rate_limiter,
 };
 pub use options::{AddOpts, Lane};
+pub use partition::{
+    PanicSource, PartitionHandle, PartitionPanic, Partitioned, PartitionedBuilder, ZeroPartitions,
+};
 pub use queue::WorkQueue;
 pub use state::MAX_DELAY;
