@@ -82,6 +82,10 @@ impl Lane {
 
     /// The lane a priority falls in: [`Lane::Fast`] for 0 and above.
     pub const fn from_priority(priority: i32) -> Lane {
-        if priority >= 0 { Lane::Fast } else { Lane::Slow }
+        if priority >= 0 {
+            Lane::Fast
+        } else {
+            Lane::Slow
+        }
     }
 }

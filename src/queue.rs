@@ -61,8 +61,10 @@ use crate::{Builder, timer};
 pub struct WorkQueue<K> {
     pub(crate) shared: Arc<Shared<K>>,
     /// The `get` this handle is waiting in when polled as a stream.
-    pending: Option<Pin<Box<dyn Future<Output = Option<WorkItem<K>>> + Send + Sync>>>,
+    pending: Option<PendingGet<K>>,
 }
+
+type PendingGet<K> = Pin<Box<dyn Future<Output = Option<WorkItem<K>>> + Send + Sync>>;
 
 pub(crate) struct Shared<K> {
     pub(crate) state: Mutex<State<K>>,
@@ -185,7 +187,8 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
             }
             delay = delay.max(self.shared.limiter.when(&key));
         }
-        self.shared.add(key, opts.priority, delay, opts.rate_limited)
+        self.shared
+            .add(key, opts.priority, delay, opts.rate_limited)
     }
 
     /// Forgets the rate limiter's failures for `key`.

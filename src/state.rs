@@ -182,7 +182,10 @@ pub(crate) struct State<K> {
     leased: usize,
     dirty: usize,
     waiting: usize,
-    timers: DelayQueue<u32>,
+    /// Each entry is a slot and the order its delay was set in, so keys
+    /// due in the same millisecond come out in the order they were added.
+    timers: DelayQueue<(u32, u64)>,
+    timer_seq: u64,
     /// When the timer task last polled the wheel.
     timers_polled_at: Option<Instant>,
     timer_waker: Option<Waker>,
@@ -324,12 +327,19 @@ impl<K> State<K> {
             dirty: 0,
             waiting: 0,
             timers: DelayQueue::new(),
+            timer_seq: 0,
             timers_polled_at: None,
             timer_waker: None,
             times: (track_times || promote_after.is_some()).then(|| Times {
                 stamps: Vec::new(),
-                ready: StampList { head: NIL, tail: NIL },
-                leased: StampList { head: NIL, tail: NIL },
+                ready: StampList {
+                    head: NIL,
+                    tail: NIL,
+                },
+                leased: StampList {
+                    head: NIL,
+                    tail: NIL,
+                },
             }),
             promote_after,
             shutdown: false,
@@ -489,7 +499,14 @@ impl<K> State<K> {
 
     /// Merges another add into the live node at `slot`: the earliest ready
     /// time and the highest priority win.
-    fn merge(&mut self, slot: u32, priority: i32, when: When, now: Option<Instant>, fx: &mut Effects) {
+    fn merge(
+        &mut self,
+        slot: u32,
+        priority: i32,
+        when: When,
+        now: Option<Instant>,
+        fx: &mut Effects,
+    ) {
         let node = &self.nodes[slot as usize];
         let (place, old) = (node.place, node.priority);
         let merged = old.max(priority);
@@ -559,19 +576,25 @@ impl<K> State<K> {
             self.timers_polled_at = None;
             wake = self.timer_waker.take().map(|w| WakeTimer(WakerEq(w)));
         }
-        (self.timers.insert_at(slot, deadline), wake)
+        self.timer_seq += 1;
+        (
+            self.timers.insert_at((slot, self.timer_seq), deadline),
+            wake,
+        )
     }
 
     /// Moves every pending timer to a fresh wheel. The old wheel's sleep may
     /// belong to a runtime that has shut down, and polling it would panic.
     pub(crate) fn rebuild_timers(&mut self) {
-        let old = std::mem::take(&mut self.timers);
+        let mut old = std::mem::take(&mut self.timers);
         self.timers_polled_at = None;
         self.timer_waker = None;
         for slot in 0..self.nodes.len() {
             let place = self.nodes[slot].place;
             if let Place::Waiting { timer } | Place::LeasedWaiting { timer } = place {
-                let timer = self.timers.insert_at(slot as u32, old.deadline(&timer));
+                let expired = old.remove(&timer);
+                let deadline = expired.deadline();
+                let timer = self.timers.insert_at(expired.into_inner(), deadline);
                 self.nodes[slot].place = match place {
                     Place::Waiting { .. } => Place::Waiting { timer },
                     _ => Place::LeasedWaiting { timer },
@@ -580,35 +603,42 @@ impl<K> State<K> {
         }
     }
 
-    /// Drives the timer wheel: makes expired keys ready, at most `budget` of
-    /// them, and registers `cx` for the next deadline.
-    pub(crate) fn poll_timers(
-        &mut self,
-        cx: &mut std::task::Context<'_>,
-        budget: usize,
-        now: Instant,
-    ) -> (Effects, std::task::Poll<()>) {
+    /// Drives the timer wheel: makes every expired key ready, and registers
+    /// `cx` for the next deadline.
+    pub(crate) fn poll_timers(&mut self, cx: &mut std::task::Context<'_>, now: Instant) -> Effects {
         use std::task::Poll;
         let mut fx = Effects::default();
         self.timers_polled_at = Some(now);
-        if !self.timer_waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+        if !self
+            .timer_waker
+            .as_ref()
+            .is_some_and(|w| w.will_wake(cx.waker()))
+        {
             self.timer_waker = Some(cx.waker().clone());
         }
         let stamp = self.times.is_some().then_some(now);
-        for _ in 0..budget {
-            match self.timers.poll_expired(cx) {
-                Poll::Ready(Some(expired)) => {
-                    let slot = expired.into_inner();
-                    self.fire(slot, stamp, &mut fx);
-                }
-                Poll::Ready(None) | Poll::Pending => return (fx, Poll::Pending),
-            }
+        // The wheel hands out keys due in the same millisecond last-in first,
+        // so every key due now is collected and fired in (deadline, order
+        // added) order. A batch is not cut short: cutting it inside a
+        // millisecond would break that order, and the lock is held for about
+        // as long as the keys take to move (tens of nanoseconds each).
+        let mut batch: Vec<(Instant, u64, u32)> = Vec::new();
+        while let Poll::Ready(Some(expired)) = self.timers.poll_expired(cx) {
+            let deadline = expired.deadline();
+            let (slot, seq) = expired.into_inner();
+            batch.push((deadline, seq, slot));
         }
-        (fx, Poll::Ready(()))
+        batch.sort_unstable();
+        for (_, _, slot) in batch {
+            self.fire(slot, stamp, &mut fx);
+        }
+        fx
     }
 
     fn fire(&mut self, slot: u32, now: Option<Instant>, fx: &mut Effects) {
-        let Node { place, priority, .. } = self.nodes[slot as usize];
+        let Node {
+            place, priority, ..
+        } = self.nodes[slot as usize];
         match place {
             Place::Waiting { .. } => {
                 self.waiting -= 1;
@@ -690,7 +720,9 @@ impl<K> State<K> {
         if let Some(t) = &mut self.times {
             t.unlink(Which::Leased, slot);
         }
-        let Node { place, priority, .. } = self.nodes[slot as usize];
+        let Node {
+            place, priority, ..
+        } = self.nodes[slot as usize];
         match place {
             Place::Leased => self.free(slot),
             Place::LeasedDirty => {
@@ -743,7 +775,6 @@ impl<K> State<K> {
             ..Effects::default()
         }
     }
-
 }
 
 #[derive(Clone, Copy)]

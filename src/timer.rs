@@ -17,10 +17,6 @@ use crate::error::AddError;
 use crate::queue::Shared;
 use crate::state::State;
 
-/// How many expired keys one lock hold may move; the task yields between
-/// batches so a burst of deadlines does not hold the lock for long.
-const BATCH: usize = 128;
-
 /// Starts the timer task if there is none, or if the runtime that ran the
 /// last one has gone (its keys then move to a fresh wheel).
 pub(crate) fn ensure_running<K: Clone + Eq + Hash + Send + Sync + 'static>(
@@ -34,7 +30,10 @@ pub(crate) fn ensure_running<K: Clone + Eq + Hash + Send + Sync + 'static>(
     if st.timer_task.is_some() {
         st.rebuild_timers();
     }
-    let task = handle.spawn(run(Arc::downgrade(shared)));
+    // Unconstrained: tokio's co-operative budget would otherwise cut a burst
+    // of keys due in one millisecond into pieces, and the wheel hands those
+    // out last-in first, so only a whole burst can be put back in order.
+    let task = handle.spawn(tokio::task::unconstrained(run(Arc::downgrade(shared))));
     st.timer_task = Some(task.abort_handle());
     Ok(())
 }
@@ -49,13 +48,10 @@ async fn run<K: Clone + Eq + Hash + Send + Sync + 'static>(queue: Weak<Shared<K>
         if st.is_shutdown() {
             return Poll::Ready(());
         }
-        let (fx, more) = st.poll_timers(cx, BATCH, now);
+        let fx = st.poll_timers(cx, now);
         let wake = fx.wake.min(st.parked as u32);
         drop(st);
         shared.apply(fx, wake);
-        if more.is_ready() {
-            cx.waker().wake_by_ref();
-        }
         Poll::Pending
     })
     .await

@@ -12,13 +12,20 @@ async fn adds_after_shutdown_are_refused_and_the_caller_can_tell() {
     q.shutdown();
     assert!(q.is_shutting_down());
     assert_eq!(q.add(1), Err(AddError::ShuttingDown));
-    assert_eq!(q.add_after(1, Duration::from_secs(1)), Err(AddError::ShuttingDown));
+    assert_eq!(
+        q.add_after(1, Duration::from_secs(1)),
+        Err(AddError::ShuttingDown)
+    );
     assert_eq!(q.add_rate_limited(1), Err(AddError::ShuttingDown));
     assert_eq!(
         q.add_with(1, AddOpts::default().priority(5)),
         Err(AddError::ShuttingDown)
     );
-    assert_eq!(q.num_requeues(&1), 0, "a refused rate-limited add records no failure");
+    assert_eq!(
+        q.num_requeues(&1),
+        0,
+        "a refused rate-limited add records no failure"
+    );
     assert!(q.get().await.is_none());
 }
 

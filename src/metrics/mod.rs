@@ -40,7 +40,6 @@ use std::fmt;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-
 /// Receives a queue's events. Every method has an empty default.
 ///
 /// Methods are called outside the queue's lock, from whichever task made the
