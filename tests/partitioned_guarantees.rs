@@ -1,11 +1,11 @@
 //! Inside a partition every queue guarantee holds: de-duplication, stingy
 //! leases, delays, priorities and lanes, rate limits, shutdown and drain.
 
-mod common;
+mod partitioned_common;
 
 use std::time::Duration;
 
-use common::{Log, run_logged, secs};
+use partitioned_common::{Log, run_logged, secs};
 use tokio_workqueue::{AddError, AddOpts, ExponentialBackoff, Lane, Partitioned};
 
 /// Keys are (partition, name).

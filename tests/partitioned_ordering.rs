@@ -1,12 +1,12 @@
 //! Partitions: one key at a time and in order inside a partition, partitions
 //! in parallel, and a hot partition slows only itself.
 
-mod common;
+mod partitioned_common;
 
 use std::collections::HashSet;
 use std::time::Duration;
 
-use common::{Log, run_logged, secs};
+use partitioned_common::{Log, run_logged, secs};
 use tokio::time::Instant;
 use tokio_workqueue::{Partitioned, WorkQueue};
 

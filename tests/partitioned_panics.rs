@@ -1,13 +1,13 @@
 //! Panics: in the partition function or in a worker, no key is lost and the
 //! other partitions go on.
 
-mod common;
+mod partitioned_common;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{Log, secs};
+use partitioned_common::{Log, secs};
 use tokio_workqueue::{
     AddError, ExponentialBackoff, PanicSource, PartitionHandle, PartitionPanic, Partitioned,
 };
