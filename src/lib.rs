@@ -18,6 +18,8 @@
 //! - **Priorities and lanes**, highest first and FIFO within a priority, with
 //!   an optional [starvation bound](Builder::starvation_bound) that Go's
 //!   priority queue lacks.
+//! - **Partitions**: [`Partitioned`] pins each partition (say, all pods of a
+//!   node) to one spawned task, so related keys are handled in order.
 //! - **Metrics** through a [hook](metrics::MetricsHook), and with the
 //!   `prometheus` feature, the families Go controllers export.
 //!
