@@ -156,13 +156,27 @@ impl FakeApiServer {
     /// Creates or modifies ConfigMap `ns/name` with `data`, notifies watches
     /// (`ADDED` or `MODIFIED`) and returns its new resourceVersion.
     pub fn apply(&self, ns: &str, name: &str, data: &[(&str, &str)]) -> u64 {
+        self.apply_with_meta(ns, name, data, &[], &[])
+    }
+
+    /// As [`apply`](Self::apply), with labels and annotations.
+    pub fn apply_with_meta(
+        &self,
+        ns: &str,
+        name: &str,
+        data: &[(&str, &str)],
+        labels: &[(&str, &str)],
+        annotations: &[(&str, &str)],
+    ) -> u64 {
+        let map = |pairs: &[(&str, &str)]| -> serde_json::Map<String, Value> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), Value::String(v.to_string())))
+                .collect()
+        };
         let mut st = self.state.lock().unwrap();
         st.rv += 1;
         let rv = st.rv;
-        let data: serde_json::Map<String, Value> = data
-            .iter()
-            .map(|(k, v)| (k.to_string(), Value::String(v.to_string())))
-            .collect();
         let object = json!({
             "apiVersion": "v1",
             "kind": "ConfigMap",
@@ -171,8 +185,10 @@ impl FakeApiServer {
                 "namespace": ns,
                 "uid": format!("uid-{ns}-{name}"),
                 "resourceVersion": rv.to_string(),
+                "labels": map(labels),
+                "annotations": map(annotations),
             },
-            "data": data,
+            "data": map(data),
         });
         let key = (ns.to_string(), name.to_string());
         let ty = if st.objects.contains_key(&key) {
@@ -196,7 +212,8 @@ impl FakeApiServer {
         st.rv += 1;
         let rv = st.rv;
         object["metadata"]["resourceVersion"] = Value::String(rv.to_string());
-        st.history.push((rv, "DELETED", ns.to_string(), object.clone()));
+        st.history
+            .push((rv, "DELETED", ns.to_string(), object.clone()));
         st.notify("DELETED", ns, &object);
         true
     }
@@ -238,7 +255,11 @@ impl FakeApiServer {
         st.history.retain(|(rv, ..)| *rv > oldest);
         let line = event_line(
             "ERROR",
-            &status(410, "Expired", "too old resource version (expired by the test)"),
+            &status(
+                410,
+                "Expired",
+                "too old resource version (expired by the test)",
+            ),
         );
         for (_, tx) in st.watchers.drain(..) {
             let _ = tx.send(WatchMsg::Line(line.clone()));
@@ -386,7 +407,11 @@ async fn serve(stream: TcpStream, state: Arc<Mutex<State>>) {
         return;
     };
     if req.method != "GET" {
-        let body = status(405, "MethodNotAllowed", "the fake API server only serves GET");
+        let body = status(
+            405,
+            "MethodNotAllowed",
+            "the fake API server only serves GET",
+        );
         return write_json(&mut stream, 405, &body).await;
     }
     let segs: Vec<&str> = req.segments.iter().map(String::as_str).collect();
@@ -397,7 +422,11 @@ async fn serve(stream: TcpStream, state: Arc<Mutex<State>>) {
             (Some(ns.to_string()), Some(name.to_string()))
         }
         _ => {
-            let body = status(404, "NotFound", "the fake API server only serves configmaps");
+            let body = status(
+                404,
+                "NotFound",
+                "the fake API server only serves configmaps",
+            );
             return write_json(&mut stream, 404, &body).await;
         }
     };
