@@ -41,7 +41,10 @@ type Report = Result<Enqueued<Key>, String>;
 
 /// Runs a watcher on all ConfigMaps into `queue`, forwarding the adapter's
 /// reports. Aborted by the test at its end.
-fn start_feeder(client: Client, queue: WorkQueue<Key>) -> (mpsc::UnboundedReceiver<Report>, JoinHandle<()>) {
+fn start_feeder(
+    client: Client,
+    queue: WorkQueue<Key>,
+) -> (mpsc::UnboundedReceiver<Report>, JoinHandle<()>) {
     let (tx, rx) = mpsc::unbounded_channel();
     let api: Api<ConfigMap> = Api::all(client);
     let feeder = tokio::spawn(
@@ -111,7 +114,9 @@ fn reconciler(
     obs: Arc<Observations>,
     gate: Option<Arc<Notify>>,
     pause: Duration,
-) -> impl FnMut(Key) -> std::pin::Pin<Box<dyn Future<Output = Result<Action, kube_client::Error>> + Send>>
+) -> impl FnMut(
+    Key,
+) -> std::pin::Pin<Box<dyn Future<Output = Result<Action, kube_client::Error>> + Send>>
 + Send
 + 'static {
     let first = Arc::new(AtomicUsize::new(0));
@@ -172,7 +177,10 @@ where
 async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + LIMIT;
     while !done() {
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
@@ -205,7 +213,11 @@ async fn every_object_is_reconciled_through_changes_deletes_and_a_relist() {
 
     // The initial list: everything, at low priority.
     let initial = reports_until(&mut reports, |r| r.len() == 11).await;
-    assert_eq!(count_cause(&initial, Cause::InitialList), 11, "{initial:#?}");
+    assert_eq!(
+        count_cause(&initial, Cause::InitialList),
+        11,
+        "{initial:#?}"
+    );
     eventually("initial reconciles", || {
         server
             .object_names()
@@ -240,7 +252,9 @@ async fn every_object_is_reconciled_through_changes_deletes_and_a_relist() {
     })
     .await;
     assert!(
-        relist.iter().any(|r| matches!(r, Err(e) if e.contains("watcher"))),
+        relist
+            .iter()
+            .any(|r| matches!(r, Err(e) if e.contains("watcher"))),
         "the 410 is surfaced: {relist:#?}"
     );
     assert!(server.list_count() >= 2);
@@ -287,7 +301,10 @@ async fn initial_list_objects_wait_behind_fresh_changes() {
         reconciler(client, obs.clone(), Some(gate.clone()), Duration::ZERO),
     );
     reports_until(&mut reports, |r| count_cause(r, Cause::InitialList) == 20).await;
-    eventually("first reconcile at the gate", || obs.order.lock().unwrap().len() == 1).await;
+    eventually("first reconcile at the gate", || {
+        obs.order.lock().unwrap().len() == 1
+    })
+    .await;
 
     // Fresh changes while the initial list waits: an object of the list is
     // modified (its key is raised) and two are created.
@@ -295,7 +312,10 @@ async fn initial_list_objects_wait_behind_fresh_changes() {
     server.apply("default", "fresh-a", &[("v", "1")]);
     server.apply("default", "fresh-b", &[("v", "1")]);
     let fresh = reports_until(&mut reports, |r| count_cause(r, Cause::Changed) == 3).await;
-    assert!(fresh.iter().all(|r| matches!(r, Ok(e) if e.priority == 0)), "{fresh:#?}");
+    assert!(
+        fresh.iter().all(|r| matches!(r, Ok(e) if e.priority == 0)),
+        "{fresh:#?}"
+    );
     gate.notify_one();
 
     let mut got = Vec::new();
@@ -404,7 +424,11 @@ async fn no_object_is_reconciled_twice_at_once() {
 
     // A burst of changes to the same few objects while they are reconciled.
     for round in 1..=60 {
-        server.apply("default", &format!("cm-{}", round % 4), &[("v", &round.to_string())]);
+        server.apply(
+            "default",
+            &format!("cm-{}", round % 4),
+            &[("v", &round.to_string())],
+        );
         if round % 6 == 0 {
             tokio::time::sleep(Duration::from_millis(7)).await;
         }

@@ -34,10 +34,7 @@ fn added(name: &str, priority: i32, cause: Cause) -> Enqueued<Key> {
 }
 
 /// Runs `events` through a default adapter and returns what it added.
-async fn enqueue_all(
-    queue: &WorkQueue<Key>,
-    events: Vec<Event<ConfigMap>>,
-) -> Vec<Enqueued<Key>> {
+async fn enqueue_all(queue: &WorkQueue<Key>, events: Vec<Event<ConfigMap>>) -> Vec<Enqueued<Key>> {
     futures::stream::iter(events.into_iter().map(Ok))
         .enqueue(queue.clone())
         .map(|r| r.expect("no error"))
@@ -191,7 +188,9 @@ async fn deletes_are_added_too() {
     let first: Vec<_> = adapter
         .handle(Event::Apply(cm("default", "x", "1")))
         .collect();
-    adapter.handle(Event::Delete(cm("default", "x", "2"))).count();
+    adapter
+        .handle(Event::Delete(cm("default", "x", "2")))
+        .count();
     let again: Vec<_> = adapter
         .handle(Event::Apply(cm("default", "x", "1")))
         .collect();

@@ -331,7 +331,9 @@ where
             Event::Init => self.listing = Some(HashSet::new()),
             Event::InitApply(object) => {
                 let id = object_id(&object);
-                self.listing.get_or_insert_with(HashSet::new).insert(id.clone());
+                self.listing
+                    .get_or_insert_with(HashSet::new)
+                    .insert(id.clone());
                 let synced = self.synced;
                 self.apply(id, &object, |same| {
                     if !synced {
@@ -439,7 +441,10 @@ where
 
 fn object_id<T: Resource>(object: &T) -> ObjectId {
     let meta = object.meta();
-    (meta.namespace.clone(), meta.name.clone().unwrap_or_default())
+    (
+        meta.namespace.clone(),
+        meta.name.clone().unwrap_or_default(),
+    )
 }
 
 /// The stream returned by [`WatchAdapter::watch`] and
