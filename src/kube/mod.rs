@@ -20,6 +20,12 @@
 //!
 //! The queue's guarantees carry over: a key is never reconciled twice at
 //! once, and a key changed during its reconcile is reconciled again after.
+//! Priorities are strict unless the queue has a starvation bound
+//! ([`Builder::starvation_bound`](crate::Builder::starvation_bound)): with a
+//! steady stream of changes, set one so the low-priority list still moves.
+//!
+//! The adapter keeps one small entry per watched object (its name, key and
+//! last `resourceVersion`), much less than a reflector store.
 //!
 //! # Dependencies
 //!
