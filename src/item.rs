@@ -1,0 +1,187 @@
+//! The lease on a key: a guard that ends it on every path.
+
+use std::fmt;
+use std::hash::Hash;
+use std::ops::Deref;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::error::AddError;
+use crate::queue::{Shared, refused};
+use crate::state::{MAX_DELAY, When};
+
+/// A key leased to one consumer.
+///
+/// While it lives, no other consumer is handed the same key; adds of the key
+/// are remembered and it comes back once the lease ends. The lease ends when
+/// the item is dropped, whatever the path: [`done`](Self::done), a `requeue`,
+/// an early return or a panic. So a worker cannot forget to mark a key done.
+///
+/// ```
+/// use tokio_workqueue::WorkQueue;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let queue = WorkQueue::new();
+/// queue.add("ns/a".to_string()).unwrap();
+/// let item = queue.get().await.unwrap();
+/// assert_eq!(item.key(), "ns/a");
+/// queue.add("ns/a".to_string()).unwrap(); // leased: it comes back later
+/// assert!(queue.is_empty());
+/// item.done();
+/// assert_eq!(queue.len(), 1);
+/// # }
+/// ```
+pub struct WorkItem<K> {
+    shared: Arc<Shared<K>>,
+    key: K,
+    slot: u32,
+    priority: i32,
+    /// Lease start, when the queue tracks times.
+    started: Option<Instant>,
+    ended: bool,
+}
+
+impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkItem<K> {
+    pub(crate) fn new(
+        shared: Arc<Shared<K>>,
+        key: K,
+        slot: u32,
+        priority: i32,
+        started: Option<Instant>,
+    ) -> Self {
+        WorkItem {
+            shared,
+            key,
+            slot,
+            priority,
+            started,
+            ended: false,
+        }
+    }
+
+    /// The leased key.
+    pub fn key(&self) -> &K {
+        &self.key
+    }
+
+    /// The priority the key was handed out with.
+    pub fn priority(&self) -> i32 {
+        self.priority
+    }
+
+    /// Ends the lease. The same as dropping the item.
+    pub fn done(self) {}
+
+    /// Adds the key again, ready now at the priority it was handed out with,
+    /// then ends the lease. After a shutdown the add is refused (the lease
+    /// still ends) and the error says so.
+    pub fn requeue(mut self) -> Result<(), AddError> {
+        self.end(Some(When::Now), false)
+    }
+
+    /// Adds the key again after `delay`, at the priority it was handed out
+    /// with, then ends the lease. Zero means now; long delays are clamped to
+    /// [`MAX_DELAY`].
+    pub fn requeue_after(mut self, delay: Duration) -> Result<(), AddError> {
+        let when = self.when(delay);
+        self.end(Some(when), false)
+    }
+
+    /// Adds the key again after the rate limiter's delay for it (counting a
+    /// failure and a retry), then ends the lease.
+    pub fn requeue_rate_limited(mut self) -> Result<(), AddError> {
+        if self.shared.state.lock().is_shutdown() {
+            return self.end(None, false).and(Err(AddError::ShuttingDown));
+        }
+        let delay = self.shared.limiter.when(&self.key);
+        let when = self.when(delay);
+        self.end(Some(when), true)
+    }
+
+    /// Forgets the rate limiter's failures for this key, as after a success.
+    pub fn forget(&self) {
+        self.shared.limiter.forget(&self.key)
+    }
+
+    /// How many rate-limited requeues this key had since it was last
+    /// forgotten.
+    pub fn num_requeues(&self) -> u32 {
+        self.shared.limiter.num_requeues(&self.key)
+    }
+
+    fn when(&self, delay: Duration) -> When {
+        let delay = delay.min(MAX_DELAY);
+        if delay.is_zero() {
+            When::Now
+        } else {
+            When::At(Instant::now() + delay)
+        }
+    }
+}
+
+impl<K> WorkItem<K> {
+    fn end(&mut self, readd: Option<When>, retry: bool) -> Result<(), AddError> {
+        if std::mem::replace(&mut self.ended, true) {
+            return Ok(());
+        }
+        let shared = &self.shared;
+        let now = self.started.map(|_| Instant::now());
+        let mut st = shared.state.lock();
+        let mut readd = readd.map(|w| (self.priority, w));
+        let mut outcome = Ok(());
+        if readd.is_some_and(|(_, w)| w != When::Now)
+            && !st.is_shutdown()
+            && let Err(e) = (shared.start_timer)(shared, &mut st)
+        {
+            // Without a runtime for the timer the requeue is refused, but the
+            // lease still ends.
+            readd = None;
+            outcome = Err(e);
+        }
+        let (fx, finished) = st.finish(self.slot, readd, now);
+        let outcome = outcome.and(finished.map_err(refused));
+        let wake = fx.wake.min(st.parked as u32);
+        drop(st);
+        shared.apply(fx, wake);
+        self.report_done(now);
+        if retry
+            && outcome.is_ok()
+            && let Some(m) = &shared.metrics
+        {
+            m.retry();
+        }
+        outcome
+    }
+
+    fn report_done(&self, now: Option<Instant>) {
+        if let (Some(m), Some(start), Some(now)) = (&self.shared.metrics, self.started, now) {
+            m.done(now.saturating_duration_since(start));
+        }
+    }
+}
+
+impl<K> Deref for WorkItem<K> {
+    type Target = K;
+
+    fn deref(&self) -> &K {
+        &self.key
+    }
+}
+
+impl<K> Drop for WorkItem<K> {
+    fn drop(&mut self) {
+        let _ = self.end(None, false);
+    }
+}
+
+impl<K: fmt::Debug> fmt::Debug for WorkItem<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WorkItem")
+            .field("key", &self.key)
+            .field("priority", &self.priority)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,467 @@
+//! The queue handle: adds, hand-outs and shutdown.
+//!
+//! A [`WorkQueue`] is a cheap handle to one shared [`State`] behind one
+//! mutex. Every call takes that lock once, briefly: keys are hashed and clocks
+//! read before it is taken, and tasks are woken and metrics told after it is
+//! released. A consumer that finds nothing ready parks on a `Notify`, and
+//! each key that becomes ready wakes one parked consumer, never all of them.
+
+use std::fmt;
+use std::future::Future;
+use std::hash::{BuildHasher, Hash};
+use std::pin::{Pin, pin};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures_core::Stream;
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::error::AddError;
+use crate::item::WorkItem;
+use crate::limiter::RateLimiter;
+use crate::metrics::{MetricsHook, Probe, Snapshot, Source};
+use crate::options::{AddOpts, Lane};
+use crate::state::{Effects, MAX_DELAY, Refused, State, When};
+use crate::throttle::Throttle;
+use crate::{Builder, timer};
+
+/// A de-duplicating, stingy, fair work queue of keys.
+///
+/// Producers [`add`](Self::add) keys; consumers take leased [`WorkItem`]s with
+/// [`get`](Self::get) or by using the queue as a [`Stream`]. A key added many
+/// times before it is taken is handed out once; a key is never leased to two
+/// consumers at once, and one added while leased comes back after its lease
+/// ends. See the [crate docs](crate) for the full semantics.
+///
+/// Cloning is cheap and every clone is an independent consumer of the same
+/// queue.
+///
+/// ```
+/// use futures::StreamExt;
+/// use tokio_workqueue::WorkQueue;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let queue = WorkQueue::new();
+/// queue.add("default/web").unwrap();
+/// queue.add("default/web").unwrap(); // de-duplicated
+/// queue.add("default/db").unwrap();
+/// queue.shutdown(); // the stream ends once the ready keys are handed out
+///
+/// let seen: Vec<String> = queue
+///     .map(|item| item.key().to_string()) // dropping the item ends its lease
+///     .collect()
+///     .await;
+/// assert_eq!(seen, ["default/web", "default/db"]);
+/// # }
+/// ```
+pub struct WorkQueue<K> {
+    pub(crate) shared: Arc<Shared<K>>,
+    /// The `get` this handle is waiting in when polled as a stream.
+    pending: Option<PendingGet<K>>,
+}
+
+type PendingGet<K> = Pin<Box<dyn Future<Output = Option<WorkItem<K>>> + Send + Sync>>;
+
+pub(crate) struct Shared<K> {
+    pub(crate) state: Mutex<State<K>>,
+    consumers: Notify,
+    drained: Notify,
+    hasher: hashbrown::DefaultHashBuilder,
+    pub(crate) limiter: Box<dyn RateLimiter<K>>,
+    pub(crate) metrics: Option<Box<dyn MetricsHook>>,
+    name: String,
+    /// Whether ready and lease times are kept (metrics or starvation bound).
+    pub(crate) track: bool,
+    throttle: Option<Box<dyn Throttle>>,
+    /// Starts the timer task; a function pointer so that code without `K`'s
+    /// bounds (the lease end in `Drop`) can requeue with a delay.
+    pub(crate) start_timer: StartTimer<K>,
+}
+
+pub(crate) type StartTimer<K> = fn(&Arc<Shared<K>>, &mut State<K>) -> Result<(), AddError>;
+
+/// What one attempt to take a key found.
+enum Take<K: Clone + Eq + Hash + Send + Sync + 'static> {
+    Item(WorkItem<K>),
+    Empty,
+    Closed,
+    Throttled(Duration),
+}
+
+impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
+    /// A FIFO queue with the default controller rate limiter and no metrics.
+    pub fn new() -> Self {
+        Builder::new().build()
+    }
+
+    /// Starts configuring a queue: name, rate limiter, metrics, starvation
+    /// bound, throttle.
+    pub fn builder() -> Builder<K> {
+        Builder::new()
+    }
+
+    pub(crate) fn from_builder(
+        name: String,
+        limiter: Box<dyn RateLimiter<K>>,
+        metrics: Option<Box<dyn MetricsHook>>,
+        starvation_bound: Option<Duration>,
+        throttle: Option<Box<dyn Throttle>>,
+    ) -> Self {
+        let track = metrics.is_some() || starvation_bound.is_some();
+        // Keys older than half the bound are served first, oldest first: the
+        // other half is headroom for a backlog of such keys to drain.
+        let promote_after = starvation_bound.map(|b| b / 2);
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::new(track, promote_after)),
+            consumers: Notify::new(),
+            drained: Notify::new(),
+            hasher: hashbrown::DefaultHashBuilder::default(),
+            limiter,
+            metrics,
+            name,
+            track,
+            throttle,
+            start_timer: timer::ensure_running::<K>,
+        });
+        if let Some(m) = &shared.metrics {
+            let weak: std::sync::Weak<Shared<K>> = Arc::downgrade(&shared);
+            let source: std::sync::Weak<dyn Source> = weak;
+            m.bind(&shared.name, Probe { source });
+        }
+        WorkQueue {
+            shared,
+            pending: None,
+        }
+    }
+
+    /// The name given to [`Builder::name`] (empty by default).
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// Makes `key` ready now, at priority 0.
+    ///
+    /// A key that is already ready stays where it is; one waiting on a delay
+    /// becomes ready now; one that is leased comes back once its lease ends.
+    /// Refused with [`AddError::ShuttingDown`] after a shutdown.
+    pub fn add(&self, key: K) -> Result<(), AddError> {
+        self.shared.add(key, 0, Duration::ZERO, false)
+    }
+
+    /// Makes `key` ready after `delay` on tokio's clock (so paused-time tests
+    /// are exact, to the millisecond the timer wheel works in).
+    ///
+    /// If the key is already waiting, the earlier ready time wins. A zero
+    /// delay means now; delays beyond [`MAX_DELAY`] are clamped to it. Needs
+    /// a tokio runtime with time enabled, else [`AddError::NoRuntime`].
+    pub fn add_after(&self, key: K, delay: Duration) -> Result<(), AddError> {
+        self.shared.add(key, 0, delay, false)
+    }
+
+    /// Makes `key` ready after the rate limiter's delay for it, and counts a
+    /// retry.
+    pub fn add_rate_limited(&self, key: K) -> Result<(), AddError> {
+        self.add_with(key, AddOpts::default().rate_limited())
+    }
+
+    /// Adds `key` in `lane`: a convenience for [`Lane::priority`].
+    pub fn add_to_lane(&self, key: K, lane: Lane) -> Result<(), AddError> {
+        self.shared.add(key, lane.priority(), Duration::ZERO, false)
+    }
+
+    /// Adds `key` with a priority, a delay and a rate limit in one call.
+    ///
+    /// When the key is already pending, the higher priority and the earlier
+    /// ready time win; a ready key raised to a higher priority moves to the
+    /// back of its new level.
+    pub fn add_with(&self, key: K, opts: AddOpts) -> Result<(), AddError> {
+        let mut delay = opts.after;
+        if opts.rate_limited {
+            if self.is_shutting_down() {
+                // Refused before the limiter records a failure for nothing.
+                return Err(AddError::ShuttingDown);
+            }
+            delay = delay.max(self.shared.limiter.when(&key));
+        }
+        self.shared
+            .add(key, opts.priority, delay, opts.rate_limited)
+    }
+
+    /// Forgets the rate limiter's failures for `key`.
+    pub fn forget(&self, key: &K) {
+        self.shared.limiter.forget(key)
+    }
+
+    /// How many rate-limited adds `key` had since it was last forgotten.
+    pub fn num_requeues(&self, key: &K) -> u32 {
+        self.shared.limiter.num_requeues(key)
+    }
+
+    /// Keys ready to be handed out now: not delayed, not leased.
+    pub fn len(&self) -> usize {
+        self.shared.state.lock().ready_len()
+    }
+
+    /// Whether no key is ready now.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The queue's gauges now: depth by priority, keys in flight and waiting.
+    ///
+    /// Lease times are only kept when the queue has metrics or a starvation
+    /// bound; otherwise the two durations are zero.
+    pub fn snapshot(&self) -> Snapshot {
+        self.shared.snapshot()
+    }
+
+    /// Waits for the next ready key and leases it.
+    ///
+    /// Returns `None` once the queue is shut down and has nothing more to
+    /// hand out. Cancel safe: dropping the future at any point loses no key,
+    /// and a wake-up it had received passes to another consumer.
+    pub async fn get(&self) -> Option<WorkItem<K>> {
+        let shared = &self.shared;
+        loop {
+            match shared.take(false) {
+                Take::Item(item) => return Some(item),
+                Take::Closed => return None,
+                Take::Throttled(wait) => {
+                    tokio::time::sleep(wait).await;
+                    continue;
+                }
+                Take::Empty => {}
+            }
+            // Register for a wake-up before looking again, so a key added
+            // between the two looks cannot be missed.
+            let mut notified = pin!(shared.consumers.notified());
+            notified.as_mut().enable();
+            match shared.take(true) {
+                Take::Item(item) => return Some(item),
+                Take::Closed => return None,
+                Take::Throttled(wait) => {
+                    tokio::time::sleep(wait).await;
+                    continue;
+                }
+                Take::Empty => {}
+            }
+            let _parked = Parked(shared);
+            notified.await;
+        }
+    }
+
+    /// Refuses new adds and drops keys waiting on delays (and their timers).
+    /// Keys already ready, and keys re-added while leased, are still handed
+    /// out; then `get` returns `None` and streams end.
+    pub fn shutdown(&self) {
+        let fx = self.shared.state.lock().shutdown();
+        self.shared.apply(fx, 0);
+    }
+
+    /// Shuts down as [`shutdown`](Self::shutdown) does, then waits until
+    /// nothing is ready and nothing is leased.
+    ///
+    /// Unlike client-go's, this waits for queued keys too, not only for those
+    /// in flight, so it needs consumers to keep taking keys.
+    pub async fn shutdown_with_drain(&self) {
+        self.shutdown();
+        loop {
+            let mut drained = pin!(self.shared.drained.notified());
+            drained.as_mut().enable();
+            if self.shared.state.lock().is_drained() {
+                return;
+            }
+            drained.await;
+        }
+    }
+
+    /// Whether [`shutdown`](Self::shutdown) or
+    /// [`shutdown_with_drain`](Self::shutdown_with_drain) was called.
+    pub fn is_shutting_down(&self) -> bool {
+        self.shared.state.lock().is_shutdown()
+    }
+}
+
+impl<K: Clone + Eq + Hash + Send + Sync + 'static> Shared<K> {
+    pub(crate) fn add(
+        self: &Arc<Self>,
+        key: K,
+        priority: i32,
+        delay: Duration,
+        retry: bool,
+    ) -> Result<(), AddError> {
+        let h = self.hasher.hash_one(&key);
+        let delay = delay.min(MAX_DELAY);
+        let now = (self.track || !delay.is_zero()).then(Instant::now);
+        let when = match now {
+            Some(now) if !delay.is_zero() => When::At(now + delay),
+            _ => When::Now,
+        };
+        let mut st = self.state.lock();
+        if when != When::Now && !st.is_shutdown() {
+            (self.start_timer)(self, &mut st)?;
+        }
+        let fx = st
+            .add(key, h, priority, when, now.filter(|_| self.track))
+            .map_err(refused)?;
+        let wake = fx.wake.min(st.parked as u32);
+        drop(st);
+        self.apply(fx, wake);
+        if retry && let Some(m) = &self.metrics {
+            m.retry();
+        }
+        Ok(())
+    }
+
+    fn take(self: &Arc<Self>, park: bool) -> Take<K> {
+        let now = self.track.then(Instant::now);
+        let mut st = self.state.lock();
+        if st.ready_len() == 0 {
+            if st.is_closed() {
+                return Take::Closed;
+            }
+            if park {
+                st.parked += 1;
+            }
+            return Take::Empty;
+        }
+        if let Some(throttle) = &self.throttle
+            && let Err(wait) = throttle.try_acquire()
+        {
+            return Take::Throttled(wait);
+        }
+        let popped = st.pop(now).expect("a ready key");
+        let fx = st.closed_effects();
+        drop(st);
+        self.apply(fx, 0);
+        if let (Some(m), Some(now), Some(ready_at)) = (&self.metrics, now, popped.ready_at) {
+            m.handed_out(now.saturating_duration_since(ready_at));
+        }
+        Take::Item(WorkItem::new(
+            self.clone(),
+            popped.key,
+            popped.slot,
+            popped.priority,
+            now,
+        ))
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        let st = self.state.lock();
+        let counts = st.counts();
+        let starts = st.lease_starts();
+        drop(st);
+        let now = Instant::now();
+        let ran = |at: &Instant| now.saturating_duration_since(*at);
+        Snapshot {
+            ready_by_priority: counts.ready_by_priority,
+            in_flight: counts.leased,
+            waiting: counts.waiting,
+            unfinished_work: starts.iter().map(ran).sum(),
+            longest_running: starts.first().map(ran).unwrap_or_default(),
+        }
+    }
+}
+
+impl<K> Shared<K> {
+    /// Does what a state change asked for, outside the lock.
+    pub(crate) fn apply(&self, mut fx: Effects, wake: u32) {
+        if fx.wake_all {
+            self.consumers.notify_waiters();
+            self.drained.notify_waiters();
+        } else {
+            for _ in 0..wake {
+                self.consumers.notify_one();
+            }
+        }
+        if let Some(w) = fx.timer_waker.take() {
+            w.wake();
+        }
+        if let Some(m) = &self.metrics {
+            for _ in 0..fx.added {
+                m.add();
+            }
+        }
+    }
+}
+
+pub(crate) fn refused(r: Refused) -> AddError {
+    match r {
+        Refused::ShuttingDown => AddError::ShuttingDown,
+    }
+}
+
+impl<K: Clone + Eq + Hash + Send + Sync + 'static> Source for Shared<K> {
+    fn snapshot(&self) -> Snapshot {
+        Shared::snapshot(self)
+    }
+}
+
+impl<K> Drop for Shared<K> {
+    fn drop(&mut self) {
+        if let Some(task) = self.state.get_mut().timer_task.take() {
+            task.abort();
+        }
+    }
+}
+
+/// Counts a consumer as parked while it waits, so adds know whom to wake.
+struct Parked<'a, K>(&'a Shared<K>);
+
+impl<K> Drop for Parked<'_, K> {
+    fn drop(&mut self) {
+        self.0.state.lock().parked -= 1;
+    }
+}
+
+impl<K: Clone + Eq + Hash + Send + Sync + 'static> Default for WorkQueue<K> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<K> Clone for WorkQueue<K> {
+    fn clone(&self) -> Self {
+        WorkQueue {
+            shared: self.shared.clone(),
+            pending: None,
+        }
+    }
+}
+
+impl<K> fmt::Debug for WorkQueue<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let st = self.shared.state.lock();
+        f.debug_struct("WorkQueue")
+            .field("name", &self.shared.name)
+            .field("state", &*st)
+            .finish()
+    }
+}
+
+impl<K: Clone + Eq + Hash + Send + Sync + 'static> Stream for WorkQueue<K> {
+    type Item = WorkItem<K>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<WorkItem<K>>> {
+        let this = self.get_mut();
+        if this.pending.is_none() {
+            // Most polls find a key: only a consumer that must wait pays for
+            // a boxed `get`.
+            match this.shared.take(false) {
+                Take::Item(item) => return Poll::Ready(Some(item)),
+                Take::Closed => return Poll::Ready(None),
+                Take::Empty | Take::Throttled(_) => {}
+            }
+            let handle = this.clone();
+            this.pending = Some(Box::pin(async move { handle.get().await }));
+        }
+        let fut = this.pending.as_mut().expect("set above");
+        let out = std::task::ready!(fut.as_mut().poll(cx));
+        this.pending = None;
+        Poll::Ready(out)
+    }
+}
