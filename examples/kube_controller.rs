@@ -121,11 +121,14 @@ fn report(r: &Reconciled<ObjectRef<ConfigMap>, Error>) {
     };
     println!(
         "reconciled {} (priority {}): {what}{requeued}",
-        r.key, r.priority
+        show(&r.key),
+        r.priority
     );
 }
 
-#[tokio::main]
+// One thread keeps the printed lines in causal order; a real controller
+// would use the default multi-threaded runtime.
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // A cluster if KUBECONFIG says so, else a local fake API server.
     let (client, fake) = if std::env::var_os("KUBECONFIG").is_some() {
