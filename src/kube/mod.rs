@@ -29,6 +29,9 @@
 //!
 //! # Dependencies
 //!
+//! The feature builds on kube-runtime and kube-client 5, which need Rust
+//! 1.89 or later.
+//!
 //! Like every kube-rs library, this feature picks no Kubernetes version: the
 //! application enables one on its own `k8s-openapi` dependency (for example
 //! `k8s-openapi = { version = "0.29", features = ["latest"] }`), and a TLS
