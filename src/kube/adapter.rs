@@ -7,7 +7,7 @@ use std::marker::PhantomData;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use futures::Stream;
+use futures_core::Stream;
 use kube_client::Resource;
 use kube_runtime::reflector::ObjectRef;
 use kube_runtime::watcher::{self, Event};

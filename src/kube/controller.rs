@@ -9,7 +9,8 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use futures::{FutureExt, Stream, StreamExt};
+use futures_core::Stream;
+use futures_util::{FutureExt, StreamExt};
 
 use crate::{AddError, WorkItem, WorkQueue};
 
