@@ -84,6 +84,8 @@
 mod builder;
 mod error;
 mod item;
+#[cfg(feature = "kube")]
+pub mod kube;
 pub mod limiter;
 pub mod metrics;
 mod options;
