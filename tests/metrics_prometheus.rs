@@ -428,3 +428,26 @@ async fn a_queue_without_metrics_works_and_keeps_no_times() {
     item.done();
     assert!(q.is_empty());
 }
+
+#[tokio::test(start_paused = true)]
+async fn each_partition_reports_under_its_own_name() {
+    let (metrics, registry) = registry();
+    let m = metrics.clone();
+    let queue = tokio_workqueue::Partitioned::builder(2, |key: &u32| *key as usize % 2)
+        .name("pods")
+        .configure(move |_, b| b.metrics(m.clone()))
+        .build()
+        .unwrap();
+    for key in [0, 1, 2, 3, 4, 2] {
+        queue.add(key).unwrap();
+    }
+    let s = Scrape::of(&registry);
+    assert_eq!(s.of_queue("workqueue_adds_total", "pods-0"), 3.0);
+    assert_eq!(s.of_queue("workqueue_adds_total", "pods-1"), 2.0);
+    assert_eq!(s.depth("pods-0", 0), 3.0);
+    assert_eq!(s.depth("pods-1", 0), 2.0);
+    drop(queue);
+    let s = Scrape::of(&registry);
+    assert_eq!(s.depths(), Vec::<f64>::new(), "gone with the queue");
+    assert_eq!(s.of_queue("workqueue_adds_total", "pods-0"), 3.0);
+}

@@ -90,7 +90,23 @@
 //! clone. Queues that share a name share their series: the counters and
 //! histograms add up, depth and unfinished work are summed, and the longest
 //! running processor is the longest of them (this is what several Go workers
-//! of one queue look like).
+//! of one queue look like). A [`Partitioned`](crate::Partitioned) queue
+//! gives each partition its own clone through
+//! [`configure`](crate::PartitionedBuilder::configure), and partition `i`
+//! reports as `{name}-{i}`:
+//!
+//! ```
+//! # use tokio_workqueue::Partitioned;
+//! # use tokio_workqueue::metrics::prometheus::PrometheusMetrics;
+//! let metrics = PrometheusMetrics::new();
+//! let m = metrics.clone();
+//! let queue = Partitioned::builder(4, |key: &String| key.len())
+//!     .name("pods")
+//!     .configure(move |_, builder| builder.metrics(m.clone()))
+//!     .build()
+//!     .unwrap();
+//! # drop(queue);
+//! ```
 //!
 //! When every queue of a name is dropped, its three gauges disappear from the
 //! output at the next scrape (Prometheus marks them stale) and its counters
