@@ -394,7 +394,9 @@ impl<K> State<K> {
         out
     }
 
-    fn free(&mut self, slot: u32) {
+    /// Frees `slot` and returns its key, for the caller to drop once the
+    /// lock is released.
+    fn free(&mut self, slot: u32) -> Option<K> {
         let h = self.nodes[slot as usize].hash;
         match self.index.find_entry(wide(h), |&i| i == slot) {
             Ok(entry) => {
@@ -403,11 +405,11 @@ impl<K> State<K> {
             Err(_) => unreachable!("live node missing from the index"),
         }
         let node = &mut self.nodes[slot as usize];
-        node.key = None;
         node.place = Place::Free {
             next_free: self.free_head,
         };
         self.free_head = slot;
+        node.key.take()
     }
 
     fn level_index(&mut self, priority: i32) -> usize {
@@ -700,13 +702,14 @@ impl<K> State<K> {
 
     /// Ends the lease on `slot`, first merging `readd` into it if given
     /// (a requeue). A dirty key becomes ready at the back of its level; a key
-    /// with a pending delay goes back to waiting; any other key is forgotten.
+    /// with a pending delay goes back to waiting; any other key is forgotten,
+    /// and returned so that it is dropped outside the lock.
     pub(crate) fn finish(
         &mut self,
         slot: u32,
         readd: Option<(i32, When)>,
         now: Option<Instant>,
-    ) -> (Effects, Result<(), Refused>) {
+    ) -> (Effects, Result<(), Refused>, Option<K>) {
         let mut fx = Effects::default();
         let mut refused = Ok(());
         if let Some((priority, when)) = readd {
@@ -723,8 +726,9 @@ impl<K> State<K> {
         let Node {
             place, priority, ..
         } = self.nodes[slot as usize];
+        let mut forgotten = None;
         match place {
-            Place::Leased => self.free(slot),
+            Place::Leased => forgotten = self.free(slot),
             Place::LeasedDirty => {
                 self.dirty -= 1;
                 self.make_ready(slot, priority, now);
@@ -734,7 +738,7 @@ impl<K> State<K> {
             _ => unreachable!("finishing a lease that is not leased"),
         }
         fx.wake_all |= self.is_drained();
-        (fx, refused)
+        (fx, refused, forgotten)
     }
 
     /// Refuses further adds and drops every pending delay.
@@ -753,7 +757,7 @@ impl<K> State<K> {
         }
         for slot in waiting {
             match self.nodes[slot as usize].place {
-                Place::Waiting { .. } => self.free(slot),
+                Place::Waiting { .. } => drop(self.free(slot)),
                 _ => self.nodes[slot as usize].place = Place::Leased,
             }
         }
