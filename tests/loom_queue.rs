@@ -301,3 +301,23 @@ fn stream_consumer_gets_the_key_then_ends() {
         assert_eq!(seen, [5]);
     });
 }
+
+/// `closed()` racing `shutdown()` from another thread: it resolves (no hang),
+/// and only after the shutdown, so a feeder that stops on it never sees an
+/// add refused before it was told.
+#[test]
+fn closed_resolves_after_a_racing_shutdown() {
+    model(|| {
+        let q = queue();
+        let feeder = {
+            let q = q.clone();
+            thread::spawn(move || {
+                loom::future::block_on(q.closed());
+                assert!(q.is_shutting_down());
+                assert_eq!(q.add(1), Err(AddError::ShuttingDown));
+            })
+        };
+        q.shutdown();
+        feeder.join().unwrap();
+    });
+}
