@@ -11,6 +11,7 @@
 //! cargo bench --bench workloads              # the full run (minutes)
 //! cargo bench --bench workloads -- --quick   # N/20, 3 runs: what CI runs
 //! cargo bench --bench workloads -- W1 W6     # only workloads whose name contains W1 or W6
+//! cargo bench --bench workloads -- --impl=mpsc W1   # and only implementations named so
 //! ```
 //!
 //! Prints a table, target verdicts (ratios of medians measured in this run)
@@ -46,15 +47,19 @@ struct Config {
     runs: usize,
     /// Substrings of the workload names to run; empty runs all.
     only: Vec<String>,
+    /// `--impl=NAME`: only the implementations whose name contains NAME.
+    imp: Option<String>,
 }
 
 impl Config {
     fn from_args() -> Self {
         let mut quick = false;
         let mut only = Vec::new();
+        let mut imp = None;
         for arg in std::env::args().skip(1) {
             match arg.as_str() {
                 "--quick" => quick = true,
+                a if a.starts_with("--impl=") => imp = Some(a["--impl=".len()..].to_string()),
                 // `cargo bench` passes `--bench`; other flags are not ours.
                 a if a.starts_with('-') => {}
                 a => only.push(a.to_string()),
@@ -65,6 +70,7 @@ impl Config {
             scale: if quick { 20 } else { 1 },
             runs: if quick { 3 } else { 5 },
             only,
+            imp,
         }
     }
 
@@ -685,6 +691,9 @@ fn repeat(
     for run in 0..=cfg.runs {
         let warm_up = run == 0;
         for &subject in subjects {
+            if cfg.imp.as_ref().is_some_and(|i| !subject.name().contains(i.as_str())) {
+                continue;
+            }
             let figures = one(subject, warm_up || cfg.quick);
             if !warm_up {
                 for (figure, value) in figures {
@@ -920,7 +929,7 @@ const W6_VARIANTS: [(&str, &str); 5] = [
 
 fn w6(cfg: &Config, report: &mut Report) {
     for (imp, workload) in W6_VARIANTS {
-        if !cfg.wants(workload) {
+        if !cfg.wants(workload) || cfg.imp.as_ref().is_some_and(|i| !imp.contains(i.as_str())) {
             continue;
         }
         eprintln!("running {workload} for {imp}...");
