@@ -691,7 +691,11 @@ fn repeat(
     for run in 0..=cfg.runs {
         let warm_up = run == 0;
         for &subject in subjects {
-            if cfg.imp.as_ref().is_some_and(|i| !subject.name().contains(i.as_str())) {
+            if cfg
+                .imp
+                .as_ref()
+                .is_some_and(|i| !subject.name().contains(i.as_str()))
+            {
                 continue;
             }
             let figures = one(subject, warm_up || cfg.quick);
@@ -721,7 +725,8 @@ fn w2(cfg: &Config, report: &mut Report, subjects: &[&dyn Subject]) {
         let names = Arc::new(keys(0..W2_KEYS));
         // Verification: adds of each key so far, and the most a processing
         // of it saw; after the run both must agree for every key.
-        let added: Arc<Vec<AtomicU64>> = Arc::new((0..W2_KEYS).map(|_| AtomicU64::new(0)).collect());
+        let added: Arc<Vec<AtomicU64>> =
+            Arc::new((0..W2_KEYS).map(|_| AtomicU64::new(0)).collect());
         let seen: Arc<Vec<AtomicU64>> = Arc::new((0..W2_KEYS).map(|_| AtomicU64::new(0)).collect());
         let rt = runtime();
         let (took, processed) = rt.block_on(async {
@@ -737,7 +742,8 @@ fn w2(cfg: &Config, report: &mut Report, subjects: &[&dyn Subject]) {
             let running = subject.start(CONSUMERS, work);
             let producers: Vec<_> = (0..W2_PRODUCERS)
                 .map(|p| {
-                    let (adder, names, added) = (running.adder.clone(), names.clone(), added.clone());
+                    let (adder, names, added) =
+                        (running.adder.clone(), names.clone(), added.clone());
                     tokio::spawn(async move {
                         let start = Instant::now();
                         for j in 0..per_producer {
@@ -765,10 +771,22 @@ fn w2(cfg: &Config, report: &mut Report, subjects: &[&dyn Subject]) {
         });
         drop(rt);
         if verify {
-            assert!(processed >= W2_KEYS as u64, "{}: W2 processed {processed} < 1000", subject.name());
+            assert!(
+                processed >= W2_KEYS as u64,
+                "{}: W2 processed {processed} < 1000",
+                subject.name()
+            );
             for i in 0..W2_KEYS {
-                let (a, s) = (added[i].load(Ordering::SeqCst), seen[i].load(Ordering::SeqCst));
-                assert_eq!(a, s, "{}: W2 key {i} not processed after its last add", subject.name());
+                let (a, s) = (
+                    added[i].load(Ordering::SeqCst),
+                    seen[i].load(Ordering::SeqCst),
+                );
+                assert_eq!(
+                    a,
+                    s,
+                    "{}: W2 key {i} not processed after its last add",
+                    subject.name()
+                );
             }
         }
         vec![
@@ -817,7 +835,11 @@ fn w3(cfg: &Config, report: &mut Report, subjects: &[&dyn Subject]) {
 /// W4 priority: W1 with priorities `[-100, 0, 10][i % 3]`.
 fn w4(cfg: &Config, report: &mut Report, subjects: &[&dyn Subject]) {
     let n = cfg.n(1_000_000);
-    let subjects: Vec<_> = subjects.iter().copied().filter(|s| s.priorities()).collect();
+    let subjects: Vec<_> = subjects
+        .iter()
+        .copied()
+        .filter(|s| s.priorities())
+        .collect();
     repeat(cfg, report, "W4", &subjects, |subject, _| {
         let (start, end) = run_counted(
             subject,
@@ -839,14 +861,20 @@ fn w5(cfg: &Config, report: &mut Report, window: Duration, subjects: &[&dyn Subj
         let mut low = keys(0..W5_LOW);
         let high = keys(W5_LOW..W5_LOW + high_n);
         let base = Instant::now();
-        let waits: Arc<Vec<AtomicI64>> = Arc::new((0..W5_LOW).map(|_| AtomicI64::new(-1)).collect());
-        let added_at: Arc<Vec<AtomicI64>> = Arc::new((0..W5_LOW).map(|_| AtomicI64::new(0)).collect());
+        let waits: Arc<Vec<AtomicI64>> =
+            Arc::new((0..W5_LOW).map(|_| AtomicI64::new(-1)).collect());
+        let added_at: Arc<Vec<AtomicI64>> =
+            Arc::new((0..W5_LOW).map(|_| AtomicI64::new(0)).collect());
         let window_end = Arc::new(AtomicI64::new(i64::MAX));
         let high_out = Arc::new(AtomicU64::new(0));
         let rt = runtime();
         rt.block_on(async {
-            let (waits2, added_at2, window_end2, high_out2) =
-                (waits.clone(), added_at.clone(), window_end.clone(), high_out.clone());
+            let (waits2, added_at2, window_end2, high_out2) = (
+                waits.clone(),
+                added_at.clone(),
+                window_end.clone(),
+                high_out.clone(),
+            );
             let work: Work = Arc::new(move |k: &str| {
                 let out = Instant::now();
                 let at = (out - base).as_nanos() as i64;
@@ -867,7 +895,10 @@ fn w5(cfg: &Config, report: &mut Report, window: Duration, subjects: &[&dyn Subj
             let adder = running.adder;
             let producer = tokio::spawn(async move {
                 let start = Instant::now();
-                window_end.store(((start - base) + window).as_nanos() as i64, Ordering::Relaxed);
+                window_end.store(
+                    ((start - base) + window).as_nanos() as i64,
+                    Ordering::Relaxed,
+                );
                 let mut high = high.into_iter();
                 let mut sent = 0usize;
                 loop {
@@ -888,7 +919,10 @@ fn w5(cfg: &Config, report: &mut Report, window: Duration, subjects: &[&dyn Subj
                         // The low keys go in at the start, with the first
                         // batch of the flood.
                         for (i, k) in std::mem::take(&mut low).into_iter().enumerate() {
-                            added_at[i].store((Instant::now() - base).as_nanos() as i64, Ordering::Relaxed);
+                            added_at[i].store(
+                                (Instant::now() - base).as_nanos() as i64,
+                                Ordering::Relaxed,
+                            );
                             adder.add_priority(k, -100);
                         }
                     }
@@ -939,7 +973,11 @@ fn w6(cfg: &Config, report: &mut Report) {
                 .env("WORKLOADS_W6_N", cfg.n(1_000_000).to_string())
                 .output()
                 .expect("a W6 child");
-            assert!(out.status.success(), "W6 child failed: {}", String::from_utf8_lossy(&out.stderr));
+            assert!(
+                out.status.success(),
+                "W6 child failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
             let bytes: f64 = String::from_utf8_lossy(&out.stdout)
                 .trim()
                 .parse()
@@ -955,7 +993,8 @@ fn w6(cfg: &Config, report: &mut Report) {
 /// tables; `VmRSS` in `/proc/self/status` lags, as threads batch their
 /// counter updates.
 fn rss() -> f64 {
-    let rollup = std::fs::read_to_string("/proc/self/smaps_rollup").expect("/proc/self/smaps_rollup");
+    let rollup =
+        std::fs::read_to_string("/proc/self/smaps_rollup").expect("/proc/self/smaps_rollup");
     let kb: f64 = rollup
         .lines()
         .find_map(|l| l.strip_prefix("Rss:"))
@@ -1061,7 +1100,13 @@ fn verdicts(report: &Report, cfg: &Config) {
             lines.push((format!("{what}: {r:.2}x (target {op} {want}x)"), Some(ok)));
         }
     };
-    ratio("W1 items/s vs mpsc", m(c, "W1", "items/s"), m("mpsc", "W1", "items/s"), 0.6, true);
+    ratio(
+        "W1 items/s vs mpsc",
+        m(c, "W1", "items/s"),
+        m("mpsc", "W1", "items/s"),
+        0.6,
+        true,
+    );
     ratio(
         "W1 items/s vs kube-runtime",
         m(c, "W1", "items/s"),
@@ -1076,9 +1121,27 @@ fn verdicts(report: &Report, cfg: &Config) {
         0.8,
         true,
     );
-    ratio("W2 adds/s vs mpsc", m(c, "W2", "adds/s"), m("mpsc", "W2", "adds/s"), 1.0, true);
-    ratio("W3 total time vs mpsc", m(c, "W3", "total ms"), m("mpsc", "W3", "total ms"), 1.05, false);
-    ratio("W4 items/s vs own W1", m(c, "W4", "items/s"), m(c, "W1", "items/s"), 0.8, true);
+    ratio(
+        "W2 adds/s vs mpsc",
+        m(c, "W2", "adds/s"),
+        m("mpsc", "W2", "adds/s"),
+        1.0,
+        true,
+    );
+    ratio(
+        "W3 total time vs mpsc",
+        m(c, "W3", "total ms"),
+        m("mpsc", "W3", "total ms"),
+        1.05,
+        false,
+    );
+    ratio(
+        "W4 items/s vs own W1",
+        m(c, "W4", "items/s"),
+        m(c, "W1", "items/s"),
+        0.8,
+        true,
+    );
     ratio(
         "W1 items/s, metrics on vs off",
         m(&metrics, "W1", "items/s"),
@@ -1086,7 +1149,10 @@ fn verdicts(report: &Report, cfg: &Config) {
         0.8,
         true,
     );
-    if let (Some(a), Some(b)) = (m(c, "W3", "lateness p99 ms"), m("mpsc", "W3", "lateness p99 ms")) {
+    if let (Some(a), Some(b)) = (
+        m(c, "W3", "lateness p99 ms"),
+        m("mpsc", "W3", "lateness p99 ms"),
+    ) {
         lines.push((
             format!("W3 p99 lateness: {a:.2} ms vs mpsc {b:.2} ms (target <= mpsc + 2 ms)"),
             Some(a <= b + 2.0),
@@ -1113,7 +1179,10 @@ fn verdicts(report: &Report, cfg: &Config) {
         ));
     }
     if let Some(b) = m(c, "W6", "bytes/key") {
-        lines.push((format!("W6 bytes per queued key: {b:.1} (target <= 64)"), Some(b <= 64.0)));
+        lines.push((
+            format!("W6 bytes per queued key: {b:.1} (target <= 64)"),
+            Some(b <= 64.0),
+        ));
     }
     if lines.is_empty() {
         return;
