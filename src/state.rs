@@ -33,6 +33,7 @@ use std::task::Waker;
 use std::time::Duration;
 
 use hashbrown::HashTable;
+use hashbrown::hash_table::Entry;
 use tokio::time::Instant;
 use tokio_util::time::DelayQueue;
 use tokio_util::time::delay_queue::Key as TimerKey;
@@ -100,6 +101,8 @@ struct StampList {
 
 #[derive(Debug)]
 struct Times {
+    /// A placeholder time for stamps not yet in a list.
+    epoch: Instant,
     stamps: Vec<Stamp>,
     /// Ready keys, oldest ready time first.
     ready: StampList,
@@ -220,60 +223,44 @@ fn wide(h: u32) -> u64 {
     (u64::from(h) << 32) | u64::from(h)
 }
 
-impl<K: Eq + Hash> State<K> {
-    fn find(&self, key: &K, h: u32) -> Option<u32> {
-        let nodes = &self.nodes;
-        self.index
-            .find(wide(h), |&i| {
-                let n = &nodes[i as usize];
-                n.hash == h && n.key.as_ref() == Some(key)
-            })
-            .copied()
-    }
-
-    fn alloc(&mut self, key: K, h: u32, priority: i32, place: Place) -> u32 {
-        let slot = if self.free_head != NIL {
-            let slot = self.free_head;
-            let node = &mut self.nodes[slot as usize];
-            let Place::Free { next_free } = node.place else {
-                unreachable!("free list holds a live node")
-            };
-            self.free_head = next_free;
-            *node = Node {
-                key: Some(key),
-                place,
-                hash: h,
-                priority,
-            };
-            slot
-        } else {
-            // Slot numbers are u32 and NIL is reserved: 4 billion live keys
-            // is far past any memory this queue could be given.
-            let slot = u32::try_from(self.nodes.len())
-                .ok()
-                .filter(|&s| s != NIL)
-                .expect("more than u32::MAX - 1 keys in one queue");
-            self.nodes.push(Node {
-                key: Some(key),
-                place,
-                hash: h,
-                priority,
-            });
-            if let Some(t) = &mut self.times {
-                t.stamps.push(Stamp {
-                    at: Instant::now(),
-                    prev: NIL,
-                    next: NIL,
-                });
-            }
-            slot
+/// Takes a slot for a new node: the head of the free list, else a new one
+/// at the end. The caller indexes it.
+fn alloc<K>(
+    nodes: &mut Vec<Node<K>>,
+    free_head: &mut u32,
+    times: Option<&mut Times>,
+    node: Node<K>,
+) -> u32 {
+    if *free_head != NIL {
+        let slot = *free_head;
+        let old = &mut nodes[slot as usize];
+        let Place::Free { next_free } = old.place else {
+            unreachable!("free list holds a live node")
         };
-        let nodes = &self.nodes;
-        self.index
-            .insert_unique(wide(h), slot, |&i| wide(nodes[i as usize].hash));
-        slot
+        *free_head = next_free;
+        *old = node;
+        return slot;
     }
+    // Slot numbers are u32 and NIL is reserved: 4 billion live keys is far
+    // past any memory this queue could be given.
+    let slot = u32::try_from(nodes.len())
+        .ok()
+        .filter(|&s| s != NIL)
+        .expect("more than u32::MAX - 1 keys in one queue");
+    nodes.push(node);
+    if let Some(t) = times {
+        // Overwritten whenever the slot joins a list, before it is read: no
+        // clock read needed here.
+        t.stamps.push(Stamp {
+            at: t.epoch,
+            prev: NIL,
+            next: NIL,
+        });
+    }
+    slot
+}
 
+impl<K: Eq + Hash> State<K> {
     /// Adds `key` (hashed to `h`) with `priority`, ready `when`.
     ///
     /// `now` is the caller's clock reading when times are tracked.
@@ -290,24 +277,51 @@ impl<K: Eq + Hash> State<K> {
         }
         let h = h as u32;
         let mut fx = Effects::default();
-        let Some(slot) = self.find(&key, h) else {
-            let slot = self.alloc(key, h, priority, Place::Leased);
-            match when {
-                When::Now => {
-                    self.make_ready(slot, priority, now);
-                    fx.wake = 1;
-                    fx.added = 1;
-                }
-                When::At(deadline) => {
-                    let (timer, wt) = self.insert_timer(slot, deadline);
-                    self.nodes[slot as usize].place = Place::Waiting { timer };
-                    self.waiting += 1;
-                    fx.timer_waker = wt;
-                }
+        // One probe finds the key or the place its entry goes: on a large
+        // queue each probe of the index is a cache miss.
+        let nodes = &self.nodes;
+        let entry = self.index.entry(
+            wide(h),
+            |&i| {
+                let n = &nodes[i as usize];
+                n.hash == h && n.key.as_ref() == Some(&key)
+            },
+            |&i| wide(nodes[i as usize].hash),
+        );
+        let vacant = match entry {
+            Entry::Occupied(e) => {
+                let slot = *e.get();
+                self.merge(slot, priority, when, now, &mut fx);
+                return Ok(fx);
             }
-            return Ok(fx);
+            Entry::Vacant(v) => v,
         };
-        self.merge(slot, priority, when, now, &mut fx);
+        let node = Node {
+            key: Some(key),
+            place: Place::Leased,
+            hash: h,
+            priority,
+        };
+        let slot = alloc(
+            &mut self.nodes,
+            &mut self.free_head,
+            self.times.as_mut(),
+            node,
+        );
+        vacant.insert(slot);
+        match when {
+            When::Now => {
+                self.make_ready(slot, priority, now);
+                fx.wake = 1;
+                fx.added = 1;
+            }
+            When::At(deadline) => {
+                let (timer, wt) = self.insert_timer(slot, deadline);
+                self.nodes[slot as usize].place = Place::Waiting { timer };
+                self.waiting += 1;
+                fx.timer_waker = wt;
+            }
+        }
         Ok(fx)
     }
 }
@@ -331,6 +345,7 @@ impl<K> State<K> {
             timers_polled_at: None,
             timer_waker: None,
             times: (track_times || promote_after.is_some()).then(|| Times {
+                epoch: Instant::now(),
                 stamps: Vec::new(),
                 ready: StampList {
                     head: NIL,
@@ -394,7 +409,9 @@ impl<K> State<K> {
         out
     }
 
-    fn free(&mut self, slot: u32) {
+    /// Forgets the key at `slot` and returns it, so that the caller can drop
+    /// it once the lock is released.
+    fn free(&mut self, slot: u32) -> Option<K> {
         let h = self.nodes[slot as usize].hash;
         match self.index.find_entry(wide(h), |&i| i == slot) {
             Ok(entry) => {
@@ -403,11 +420,11 @@ impl<K> State<K> {
             Err(_) => unreachable!("live node missing from the index"),
         }
         let node = &mut self.nodes[slot as usize];
-        node.key = None;
         node.place = Place::Free {
             next_free: self.free_head,
         };
         self.free_head = slot;
+        node.key.take()
     }
 
     fn level_index(&mut self, priority: i32) -> usize {
@@ -700,13 +717,14 @@ impl<K> State<K> {
 
     /// Ends the lease on `slot`, first merging `readd` into it if given
     /// (a requeue). A dirty key becomes ready at the back of its level; a key
-    /// with a pending delay goes back to waiting; any other key is forgotten.
+    /// with a pending delay goes back to waiting; any other key is forgotten,
+    /// and returned so that the caller drops it outside the lock.
     pub(crate) fn finish(
         &mut self,
         slot: u32,
         readd: Option<(i32, When)>,
         now: Option<Instant>,
-    ) -> (Effects, Result<(), Refused>) {
+    ) -> (Effects, Result<(), Refused>, Option<K>) {
         let mut fx = Effects::default();
         let mut refused = Ok(());
         if let Some((priority, when)) = readd {
@@ -723,8 +741,9 @@ impl<K> State<K> {
         let Node {
             place, priority, ..
         } = self.nodes[slot as usize];
+        let mut freed = None;
         match place {
-            Place::Leased => self.free(slot),
+            Place::Leased => freed = self.free(slot),
             Place::LeasedDirty => {
                 self.dirty -= 1;
                 self.make_ready(slot, priority, now);
@@ -734,7 +753,7 @@ impl<K> State<K> {
             _ => unreachable!("finishing a lease that is not leased"),
         }
         fx.wake_all |= self.is_drained();
-        (fx, refused)
+        (fx, refused, freed)
     }
 
     /// Refuses further adds and drops every pending delay.
@@ -753,7 +772,7 @@ impl<K> State<K> {
         }
         for slot in waiting {
             match self.nodes[slot as usize].place {
-                Place::Waiting { .. } => self.free(slot),
+                Place::Waiting { .. } => drop(self.free(slot)),
                 _ => self.nodes[slot as usize].place = Place::Leased,
             }
         }
