@@ -12,6 +12,7 @@
 //! cargo bench --bench workloads -- --quick   # N/20, 3 runs: what CI runs
 //! cargo bench --bench workloads -- W1 W6     # only workloads whose name contains W1 or W6
 //! cargo bench --bench workloads -- --impl=mpsc W1   # and only implementations named so
+//! cargo bench --bench workloads -- --verbose  # also print every run's figures
 //! ```
 //!
 //! Prints a table, target verdicts (ratios of medians measured in this run)
@@ -49,6 +50,8 @@ struct Config {
     only: Vec<String>,
     /// `--impl=NAME`: only the implementations whose name contains NAME.
     imp: Option<String>,
+    /// `--verbose`: print every run's figures.
+    verbose: bool,
 }
 
 impl Config {
@@ -56,9 +59,11 @@ impl Config {
         let mut quick = false;
         let mut only = Vec::new();
         let mut imp = None;
+        let mut verbose = false;
         for arg in std::env::args().skip(1) {
             match arg.as_str() {
                 "--quick" => quick = true,
+                "--verbose" => verbose = true,
                 a if a.starts_with("--impl=") => imp = Some(a["--impl=".len()..].to_string()),
                 // `cargo bench` passes `--bench`; other flags are not ours.
                 a if a.starts_with('-') => {}
@@ -71,6 +76,7 @@ impl Config {
             runs: if quick { 3 } else { 5 },
             only,
             imp,
+            verbose,
         }
     }
 
@@ -286,12 +292,45 @@ impl Adder for WorkQueue<String> {
 }
 
 /// The floor: a tokio unbounded channel whose consumers share the receiver
-/// behind a mutex. No de-duplication, no in-flight tracking. A delayed key
-/// is sent by a task of its own after a `tokio::time::sleep`, the plain tokio
-/// way to delay something.
+/// behind a mutex. No de-duplication, no in-flight tracking. Delayed keys go
+/// through one forwarding task that holds them in a `tokio_util` `DelayQueue`
+/// (the tool tokio offers for many delays) and sends each when it is due.
 struct Mpsc;
 
-struct MpscAdder(tokio::sync::mpsc::UnboundedSender<String>);
+struct MpscAdder {
+    now: tokio::sync::mpsc::UnboundedSender<String>,
+    later: tokio::sync::mpsc::UnboundedSender<(String, Instant)>,
+}
+
+/// Holds delayed keys until they are due, then sends them on `out`. Ends
+/// once every sender of `requests` is gone and no key is left waiting.
+async fn forward_when_due(
+    mut requests: tokio::sync::mpsc::UnboundedReceiver<(String, Instant)>,
+    out: tokio::sync::mpsc::UnboundedSender<String>,
+) {
+    let mut waiting = tokio_util::time::DelayQueue::new();
+    let mut open = true;
+    poll_fn(|cx| {
+        while open {
+            match requests.poll_recv(cx) {
+                Poll::Ready(Some((key, at))) => {
+                    waiting.insert_at(key, at);
+                }
+                Poll::Ready(None) => open = false,
+                Poll::Pending => break,
+            }
+        }
+        while let Poll::Ready(Some(due)) = waiting.poll_expired(cx) {
+            let _ = out.send(due.into_inner());
+        }
+        if open || !waiting.is_empty() {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await
+}
 
 impl Subject for Mpsc {
     fn name(&self) -> String {
@@ -315,10 +354,12 @@ impl Subject for Mpsc {
                 })
             })
             .collect();
+        let (later, requests) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(forward_when_due(requests, tx.clone()));
         Running {
-            adder: Arc::new(MpscAdder(tx)),
-            // The channel closes when the last sender (the adder's, and any
-            // delayed key's) is gone; the consumers then end.
+            adder: Arc::new(MpscAdder { now: tx, later }),
+            // The channel closes when the last sender (the adder's, and the
+            // forwarder's once nothing waits) is gone; the consumers then end.
             drain: Box::pin(async move {
                 let processed = join_sum(handles).await;
                 Drained {
@@ -332,17 +373,15 @@ impl Subject for Mpsc {
 
 impl Adder for MpscAdder {
     fn add(&self, key: String) {
-        self.0.send(key).expect("the consumers are running");
+        self.now.send(key).expect("the consumers are running");
     }
     fn add_after(&self, key: String, delay: Duration) {
         if delay.is_zero() {
             return self.add(key);
         }
-        let tx = self.0.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(delay).await;
-            let _ = tx.send(key);
-        });
+        self.later
+            .send((key, Instant::now() + delay))
+            .expect("the forwarder is running");
     }
     fn add_priority(&self, _: String, _: i32) {
         unreachable!("mpsc has no priorities")
@@ -699,6 +738,9 @@ fn repeat(
                 continue;
             }
             let figures = one(subject, warm_up || cfg.quick);
+            if cfg.verbose {
+                eprintln!("  {workload} {} run {run}: {figures:?}", subject.name());
+            }
             if !warm_up {
                 for (figure, value) in figures {
                     report.push(&subject.name(), workload, figure, value);
