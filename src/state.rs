@@ -21,9 +21,10 @@
 //! bytes per key and compares keys only on a 32-bit hash match.
 //!
 //! When ready times are tracked (metrics or a starvation bound), a side table
-//! keeps one time and a second pair of links per slot: ready nodes are also
-//! linked by age, leased ones by lease start, so the oldest ready key and the
-//! longest lease are both found in O(1).
+//! keeps one time and a second pair of links per slot: leased nodes are
+//! linked by lease start, and with a starvation bound ready nodes are also
+//! linked by age, so the longest lease and the oldest ready key are both
+//! found in O(1).
 //!
 //! Nothing here blocks, sleeps or wakes tasks: the caller does that after the
 //! lock is released, guided by the [`Effects`] each call returns.
@@ -104,7 +105,10 @@ struct Times {
     /// A placeholder time for stamps not yet in a list.
     epoch: Instant,
     stamps: Vec<Stamp>,
-    /// Ready keys, oldest ready time first.
+    /// Whether ready keys are linked in `ready`: only the starvation bound
+    /// needs the oldest one; metrics need each key's ready time alone.
+    age_list: bool,
+    /// Ready keys, oldest ready time first (when `age_list`).
     ready: StampList,
     /// Leased keys, earliest lease first.
     leased: StampList,
@@ -347,6 +351,7 @@ impl<K> State<K> {
             times: (track_times || promote_after.is_some()).then(|| Times {
                 epoch: Instant::now(),
                 stamps: Vec::new(),
+                age_list: promote_after.is_some(),
                 ready: StampList {
                     head: NIL,
                     tail: NIL,
@@ -510,7 +515,11 @@ impl<K> State<K> {
         self.link_ready(slot, priority);
         if let Some(t) = &mut self.times {
             let at = now.unwrap_or_else(Instant::now);
-            t.push_back(Which::Ready, slot, at);
+            if t.age_list {
+                t.push_back(Which::Ready, slot, at);
+            } else {
+                t.stamps[slot as usize].at = at;
+            }
         }
     }
 
@@ -701,7 +710,9 @@ impl<K> State<K> {
         let mut ready_at = None;
         if let Some(t) = &mut self.times {
             ready_at = Some(t.stamps[slot as usize].at);
-            t.unlink(Which::Ready, slot);
+            if t.age_list {
+                t.unlink(Which::Ready, slot);
+            }
             t.push_back(Which::Leased, slot, now.unwrap_or_else(Instant::now));
         }
         self.leased += 1;
