@@ -189,10 +189,6 @@ const CRATE: Crate = Crate {
 /// it has the `prometheus` feature (`cargo bench --bench workloads --features
 /// prometheus`), else a hook that records nothing.
 mod metrics_hook {
-    // The `prometheus` feature is being added on another branch; until it is
-    // merged, cargo does not know the feature name.
-    #![allow(unexpected_cfgs)]
-
     use tokio_workqueue::Builder;
 
     /// A metrics hook that records nothing: the queue keeps its times (a

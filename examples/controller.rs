@@ -2,7 +2,8 @@
 //! bursts of events for the same pod collapse into one reconcile, and a pod
 //! whose reconcile fails is retried with backoff until it succeeds.
 //!
-//! Run with `cargo run --example controller`.
+//! Run with `cargo run --example controller`; add `--features prometheus` to
+//! also print the Prometheus metrics the queue gathered.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -14,7 +15,17 @@ use tokio_workqueue::{ExponentialBackoff, Lane, WorkQueue};
 
 #[tokio::main]
 async fn main() {
-    let queue: WorkQueue<String> = WorkQueue::builder()
+    #[cfg(feature = "prometheus")]
+    let (metrics, registry) = {
+        let metrics = tokio_workqueue::metrics::prometheus::PrometheusMetrics::new();
+        let mut registry = prometheus_client::registry::Registry::default();
+        metrics.register(&mut registry);
+        (metrics, registry)
+    };
+    let builder = WorkQueue::builder();
+    #[cfg(feature = "prometheus")]
+    let builder = builder.metrics(metrics.clone());
+    let queue: WorkQueue<String> = builder
         .name("pods")
         .rate_limiter(
             ExponentialBackoff::new(Duration::from_millis(20), Duration::from_secs(1))
@@ -105,4 +116,11 @@ async fn main() {
         runs["kube-system/flaky"] - 1,
         start.elapsed()
     );
+
+    #[cfg(feature = "prometheus")]
+    {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
+        println!("\nPrometheus metrics gathered:\n{text}");
+    }
 }

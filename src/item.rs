@@ -141,12 +141,11 @@ impl<K> WorkItem<K> {
             readd = None;
             outcome = Err(e);
         }
-        let (fx, finished, freed) = st.finish(self.slot, readd, now);
+        let (fx, finished, forgotten) = st.finish(self.slot, readd, now);
         let outcome = outcome.and(finished.map_err(refused));
         let wake = fx.wake.min(st.parked as u32);
         drop(st);
-        // The queue's copy of a forgotten key is dropped outside the lock.
-        drop(freed);
+        drop(forgotten);
         shared.apply(fx, wake);
         self.report_done(now);
         if retry

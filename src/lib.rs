@@ -18,6 +18,8 @@
 //! - **Priorities and lanes**, highest first and FIFO within a priority, with
 //!   an optional [starvation bound](Builder::starvation_bound) that Go's
 //!   priority queue lacks.
+//! - **Partitions**: [`Partitioned`] pins each partition (say, all pods of a
+//!   node) to one spawned task, so related keys are handled in order.
 //! - **Metrics** through a [hook](metrics::MetricsHook), and with the
 //!   `prometheus` feature, the families Go controllers export.
 //!
@@ -82,9 +84,12 @@
 mod builder;
 mod error;
 mod item;
+#[cfg(feature = "kube")]
+pub mod kube;
 pub mod limiter;
 pub mod metrics;
 mod options;
+pub mod partition;
 mod queue;
 mod state;
 mod throttle;
@@ -98,6 +103,9 @@ pub use limiter::{
     default_controller_rate_limiter,
 };
 pub use options::{AddOpts, Lane};
+pub use partition::{
+    PanicSource, PartitionHandle, PartitionPanic, Partitioned, PartitionedBuilder, ZeroPartitions,
+};
 pub use queue::WorkQueue;
 pub use state::MAX_DELAY;
 

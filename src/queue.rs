@@ -279,6 +279,22 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
         }
     }
 
+    /// Resolves once [`shutdown`](Self::shutdown) (or
+    /// [`shutdown_with_drain`](Self::shutdown_with_drain)) has been called,
+    /// at once if it already was. Lets a task that feeds the queue stop when
+    /// the queue stops taking keys.
+    pub async fn closed(&self) {
+        loop {
+            // Shutdown wakes every drain waiter, so this shares their Notify.
+            let mut woken = pin!(self.shared.drained.notified());
+            woken.as_mut().enable();
+            if self.is_shutting_down() {
+                return;
+            }
+            woken.await;
+        }
+    }
+
     /// Whether [`shutdown`](Self::shutdown) or
     /// [`shutdown_with_drain`](Self::shutdown_with_drain) was called.
     pub fn is_shutting_down(&self) -> bool {

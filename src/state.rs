@@ -414,8 +414,8 @@ impl<K> State<K> {
         out
     }
 
-    /// Forgets the key at `slot` and returns it, so that the caller can drop
-    /// it once the lock is released.
+    /// Frees `slot` and returns its key, for the caller to drop once the
+    /// lock is released.
     fn free(&mut self, slot: u32) -> Option<K> {
         let h = self.nodes[slot as usize].hash;
         match self.index.find_entry(wide(h), |&i| i == slot) {
@@ -729,7 +729,7 @@ impl<K> State<K> {
     /// Ends the lease on `slot`, first merging `readd` into it if given
     /// (a requeue). A dirty key becomes ready at the back of its level; a key
     /// with a pending delay goes back to waiting; any other key is forgotten,
-    /// and returned so that the caller drops it outside the lock.
+    /// and returned so that it is dropped outside the lock.
     pub(crate) fn finish(
         &mut self,
         slot: u32,
@@ -752,9 +752,9 @@ impl<K> State<K> {
         let Node {
             place, priority, ..
         } = self.nodes[slot as usize];
-        let mut freed = None;
+        let mut forgotten = None;
         match place {
-            Place::Leased => freed = self.free(slot),
+            Place::Leased => forgotten = self.free(slot),
             Place::LeasedDirty => {
                 self.dirty -= 1;
                 self.make_ready(slot, priority, now);
@@ -764,7 +764,7 @@ impl<K> State<K> {
             _ => unreachable!("finishing a lease that is not leased"),
         }
         fx.wake_all |= self.is_drained();
-        (fx, refused, freed)
+        (fx, refused, forgotten)
     }
 
     /// Refuses further adds and drops every pending delay.

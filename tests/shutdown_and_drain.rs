@@ -113,3 +113,16 @@ async fn drain_on_an_empty_queue_returns_at_once() {
     q.shutdown_with_drain().await;
     q.shutdown_with_drain().await;
 }
+
+#[tokio::test]
+async fn closed_resolves_at_shutdown() {
+    let q: WorkQueue<u8> = WorkQueue::new();
+    let mut closed = task::spawn(q.closed());
+    assert_pending!(closed.poll());
+    q.add(1).unwrap();
+    assert_pending!(closed.poll(), "adds do not close it");
+    q.shutdown();
+    assert!(closed.is_woken());
+    assert_ready!(closed.poll());
+    q.closed().await; // already shut down: at once
+}

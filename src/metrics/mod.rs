@@ -36,6 +36,9 @@
 //! assert_eq!(snapshot.depth(), 1);
 //! ```
 
+#[cfg(feature = "prometheus")]
+pub mod prometheus;
+
 use std::fmt;
 use std::sync::{Arc, Weak};
 use std::time::Duration;

@@ -1,0 +1,569 @@
+//! From kube-runtime watcher events to queue adds.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::fmt;
+use std::hash::Hash;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use futures_core::Stream;
+use kube_client::Resource;
+use kube_runtime::reflector::ObjectRef;
+use kube_runtime::watcher::{self, Event};
+
+use crate::{AddError, AddOpts, Lane, WorkQueue};
+
+/// The priorities a [`WatchAdapter`] adds keys with, one per [`Cause`].
+///
+/// The default puts the initial list and unchanged re-deliveries in the slow
+/// lane ([`Lane::Slow`], -100, the value controller-runtime hard-codes) and
+/// changes and deletions in the fast lane (0), so a fresh change overtakes
+/// the bulk of a (re-)list. Any values work; equal values turn prioritising
+/// off ([`WatchPriorities::uniform`]).
+///
+/// ```
+/// use tokio_workqueue::kube::WatchPriorities;
+///
+/// let p = WatchPriorities { initial_list: -10, ..WatchPriorities::default() };
+/// assert_eq!((p.initial_list, p.unchanged, p.changed, p.deleted), (-10, -100, 0, 0));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct WatchPriorities {
+    /// Objects of the first list, before the first `InitDone`
+    /// ([`Cause::InitialList`]).
+    pub initial_list: i32,
+    /// Objects delivered again with the `resourceVersion` they had last time,
+    /// as by a re-list ([`Cause::Unchanged`]).
+    pub unchanged: i32,
+    /// Objects added or modified since they were last seen
+    /// ([`Cause::Changed`]).
+    pub changed: i32,
+    /// Deleted objects, and objects a re-list no longer shows
+    /// ([`Cause::Deleted`], [`Cause::MissingAfterRelist`]).
+    pub deleted: i32,
+}
+
+impl Default for WatchPriorities {
+    fn default() -> Self {
+        WatchPriorities {
+            initial_list: Lane::Slow.priority(),
+            unchanged: Lane::Slow.priority(),
+            changed: Lane::Fast.priority(),
+            deleted: Lane::Fast.priority(),
+        }
+    }
+}
+
+impl WatchPriorities {
+    /// The same priority for every cause: no event overtakes another.
+    pub const fn uniform(priority: i32) -> Self {
+        WatchPriorities {
+            initial_list: priority,
+            unchanged: priority,
+            changed: priority,
+            deleted: priority,
+        }
+    }
+
+    /// The priority for `cause`.
+    pub const fn for_cause(&self, cause: Cause) -> i32 {
+        match cause {
+            Cause::InitialList => self.initial_list,
+            Cause::Unchanged => self.unchanged,
+            Cause::Changed => self.changed,
+            Cause::Deleted | Cause::MissingAfterRelist => self.deleted,
+        }
+    }
+}
+
+/// Why a [`WatchAdapter`] added a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Cause {
+    /// The object came with the watcher's first list (`InitApply` before the
+    /// first `InitDone`).
+    InitialList,
+    /// The object came again (a re-list's `InitApply` or an `Apply`) with the
+    /// `resourceVersion` it had last time.
+    Unchanged,
+    /// The object is new or its `resourceVersion` changed (`Apply`, or a
+    /// re-list's `InitApply`).
+    Changed,
+    /// The object was deleted (`Delete`).
+    Deleted,
+    /// The object was known but a re-list did not show it: its delete event
+    /// was missed while the watch was down.
+    MissingAfterRelist,
+}
+
+/// One key a [`WatchAdapter`] added to its queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Enqueued<K> {
+    /// The key.
+    pub key: K,
+    /// The priority it was added with.
+    pub priority: i32,
+    /// Why it was added.
+    pub cause: Cause,
+}
+
+/// What a [`WatchAdapter`] reports instead of an [`Enqueued`] key.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum EnqueueError<K> {
+    /// The watcher failed (list, watch or an `ERROR` event). The watcher
+    /// retries on its own (give it a backoff with
+    /// [`WatchStreamExt::default_backoff`](kube_runtime::WatchStreamExt::default_backoff)),
+    /// so the adapter's stream goes on.
+    Watcher(watcher::Error),
+    /// The queue refused `key`, because it is shutting down. The adapter's
+    /// stream ends after reporting this.
+    Refused {
+        /// The key that was not added.
+        key: K,
+        /// Why.
+        error: AddError,
+        /// Why the key was to be added.
+        cause: Cause,
+    },
+}
+
+impl<K> fmt::Display for EnqueueError<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EnqueueError::Watcher(e) => write!(f, "watcher error: {e}"),
+            EnqueueError::Refused { error, .. } => write!(f, "key not enqueued: {error}"),
+        }
+    }
+}
+
+impl<K: fmt::Debug> std::error::Error for EnqueueError<K> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            EnqueueError::Watcher(e) => Some(e),
+            EnqueueError::Refused { error, .. } => Some(error),
+        }
+    }
+}
+
+/// The identity of a watched object: namespace and name.
+type ObjectId = (Option<String>, String);
+
+/// What the adapter remembers of an object it has seen.
+#[derive(Debug, Clone)]
+struct Seen<K> {
+    key: K,
+    resource_version: Option<String>,
+}
+
+/// The default key function: the object's [`ObjectRef`].
+pub type ObjectRefFn<T> = fn(&T) -> ObjectRef<T>;
+
+/// Turns kube-runtime [`watcher`](kube_runtime::watcher()) events into queue
+/// adds, choosing each key's priority from what the event means.
+///
+/// Each object is mapped to a key by a key function (by default its
+/// [`ObjectRef`]: kind, namespace and name). The adapter remembers the last
+/// `resourceVersion` of every object it has seen, so it can tell a real
+/// change from a re-delivery:
+///
+/// | event | [`Cause`] | default priority |
+/// | --- | --- | --- |
+/// | `InitApply` during the first list | [`InitialList`](Cause::InitialList) | -100 |
+/// | `InitApply` / `Apply`, same `resourceVersion` as last seen | [`Unchanged`](Cause::Unchanged) | -100 |
+/// | `InitApply` after the first list / `Apply`, new object or new version | [`Changed`](Cause::Changed) | 0 |
+/// | `Delete` | [`Deleted`](Cause::Deleted) | 0 |
+/// | known object missing when a re-list ends (`InitDone`) | [`MissingAfterRelist`](Cause::MissingAfterRelist) | 0 |
+///
+/// Deletions are added like any other change: the reconciler finds the
+/// object gone and decides what that means. `Init` and `InitDone` add
+/// nothing themselves, except that `InitDone` reports the objects a re-list
+/// no longer shows (unless [`relist_deletions(false)`](Self::relist_deletions)).
+///
+/// Use it as a stream adapter ([`watch`](Self::watch), or
+/// [`WatchQueueExt::enqueue`] on the watcher stream), or feed events by hand
+/// with [`handle`](Self::handle).
+///
+/// ```
+/// use futures::StreamExt;
+/// use k8s_openapi::api::core::v1::ConfigMap;
+/// use kube_runtime::watcher::Event;
+/// use tokio_workqueue::WorkQueue;
+/// use tokio_workqueue::kube::{Cause, WatchAdapter};
+///
+/// fn cm(name: &str, rv: &str) -> ConfigMap {
+///     let mut cm = ConfigMap::default();
+///     cm.metadata.name = Some(name.into());
+///     cm.metadata.namespace = Some("default".into());
+///     cm.metadata.resource_version = Some(rv.into());
+///     cm
+/// }
+///
+/// # tokio_test::block_on(async {
+/// let queue = WorkQueue::new();
+/// let events = futures::stream::iter([
+///     Ok(Event::Init),
+///     Ok(Event::InitApply(cm("a", "1"))),
+///     Ok(Event::InitDone),
+///     Ok(Event::Apply(cm("b", "2"))),
+/// ]);
+/// let causes: Vec<Cause> = WatchAdapter::new(queue.clone())
+///     .watch(events)
+///     .map(|added| added.unwrap().cause)
+///     .collect()
+///     .await;
+/// assert_eq!(causes, [Cause::InitialList, Cause::Changed]);
+/// // The fresh change comes out first.
+/// assert_eq!(queue.get().await.unwrap().key().name, "b");
+/// # });
+/// ```
+pub struct WatchAdapter<T, K = ObjectRef<T>, F = ObjectRefFn<T>> {
+    queue: WorkQueue<K>,
+    key_fn: F,
+    priorities: WatchPriorities,
+    relist_deletions: bool,
+    /// Every object seen and not deleted since.
+    seen: HashMap<ObjectId, Seen<K>>,
+    /// Objects listed since the last `Init`, while a list is in progress.
+    listing: Option<HashSet<ObjectId>>,
+    /// Whether a first list has completed.
+    synced: bool,
+    /// Results of the last event, not yet handed out.
+    out: VecDeque<Result<Enqueued<K>, EnqueueError<K>>>,
+    _object: PhantomData<fn(&T)>,
+}
+
+impl<T, K, F> fmt::Debug for WatchAdapter<T, K, F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WatchAdapter")
+            .field("priorities", &self.priorities)
+            .field("relist_deletions", &self.relist_deletions)
+            .field("objects_seen", &self.seen.len())
+            .field("listing", &self.listing.as_ref().map(HashSet::len))
+            .field("synced", &self.synced)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T> WatchAdapter<T>
+where
+    T: Resource + 'static,
+    T::DynamicType: Default + Clone + Eq + Hash + Send + Sync,
+{
+    /// An adapter that adds each object's [`ObjectRef`] to `queue`.
+    pub fn new(queue: WorkQueue<ObjectRef<T>>) -> Self {
+        WatchAdapter::with_key_fn(queue, ObjectRef::from_obj as ObjectRefFn<T>)
+    }
+}
+
+impl<T, K, F> WatchAdapter<T, K, F>
+where
+    T: Resource,
+    K: Clone + Eq + Hash + Send + Sync + 'static,
+    F: FnMut(&T) -> K,
+{
+    /// An adapter that adds `key_fn(&object)` to `queue`.
+    ///
+    /// Several objects may map to one key (for example their namespace, or
+    /// an owner): the key is added whenever any of them changes.
+    pub fn with_key_fn(queue: WorkQueue<K>, key_fn: F) -> Self {
+        WatchAdapter {
+            queue,
+            key_fn,
+            priorities: WatchPriorities::default(),
+            relist_deletions: true,
+            seen: HashMap::new(),
+            listing: None,
+            synced: false,
+            out: VecDeque::new(),
+            _object: PhantomData,
+        }
+    }
+
+    /// Sets the priorities keys are added with.
+    pub fn priorities(mut self, priorities: WatchPriorities) -> Self {
+        self.priorities = priorities;
+        self
+    }
+
+    /// Whether objects that a re-list no longer shows are added as
+    /// [`Cause::MissingAfterRelist`] when the list completes (on by default).
+    pub fn relist_deletions(mut self, enabled: bool) -> Self {
+        self.relist_deletions = enabled;
+        self
+    }
+
+    /// The queue keys are added to.
+    pub fn queue(&self) -> &WorkQueue<K> {
+        &self.queue
+    }
+
+    /// Handles one watcher event: adds what it calls for to the queue, and
+    /// returns one result per key it tried to add (none for `Init`, one for
+    /// an object, any number for `InitDone`).
+    ///
+    /// The adds happen here, whether or not the returned iterator is used.
+    pub fn handle(
+        &mut self,
+        event: Event<T>,
+    ) -> impl Iterator<Item = Result<Enqueued<K>, EnqueueError<K>>> + '_ {
+        self.process(event);
+        self.out.drain(..)
+    }
+
+    /// Adds everything from `events` to the queue, as a stream of what was
+    /// added (see [`WatchQueueExt::enqueue`]).
+    pub fn watch<S>(self, events: S) -> Enqueue<S, T, K, F>
+    where
+        S: Stream<Item = Result<Event<T>, watcher::Error>>,
+    {
+        Enqueue {
+            events: Box::pin(events),
+            adapter: self,
+            refused: false,
+            ended: false,
+        }
+    }
+
+    fn process(&mut self, event: Event<T>) {
+        match event {
+            Event::Init => self.listing = Some(HashSet::new()),
+            Event::InitApply(object) => {
+                let id = object_id(&object);
+                self.listing
+                    .get_or_insert_with(HashSet::new)
+                    .insert(id.clone());
+                let synced = self.synced;
+                self.apply(id, &object, |same| {
+                    if !synced {
+                        Cause::InitialList
+                    } else if same {
+                        Cause::Unchanged
+                    } else {
+                        Cause::Changed
+                    }
+                });
+            }
+            Event::Apply(object) => {
+                let id = object_id(&object);
+                self.apply(id, &object, |same| {
+                    if same {
+                        Cause::Unchanged
+                    } else {
+                        Cause::Changed
+                    }
+                });
+            }
+            Event::Delete(object) => {
+                let id = object_id(&object);
+                let key = match self.seen.remove(&id) {
+                    // The object may have moved keys since it was last seen;
+                    // a key function looks at the object as it is now.
+                    Some(seen) => seen.key,
+                    None => (self.key_fn)(&object),
+                };
+                if let Some(listing) = &mut self.listing {
+                    listing.remove(&id);
+                }
+                self.add(key, Cause::Deleted);
+            }
+            Event::InitDone => {
+                let listed = self.listing.take().unwrap_or_default();
+                if self.relist_deletions {
+                    let missing: Vec<ObjectId> = self
+                        .seen
+                        .keys()
+                        .filter(|id| !listed.contains(*id))
+                        .cloned()
+                        .collect();
+                    for id in missing {
+                        if let Some(seen) = self.seen.remove(&id) {
+                            self.add(seen.key, Cause::MissingAfterRelist);
+                        }
+                    }
+                } else {
+                    self.seen.retain(|id, _| listed.contains(id));
+                }
+                self.synced = true;
+            }
+        }
+    }
+
+    /// Records `object` and adds its key; `cause(same_version)` decides why.
+    fn apply(&mut self, id: ObjectId, object: &T, cause: impl FnOnce(bool) -> Cause) {
+        let key = (self.key_fn)(object);
+        let resource_version = object.meta().resource_version.clone();
+        let same = match self.seen.get(&id) {
+            Some(seen) => {
+                seen.key == key
+                    && resource_version.is_some()
+                    && seen.resource_version == resource_version
+            }
+            None => false,
+        };
+        let cause = cause(same);
+        if self.add(key.clone(), cause) {
+            self.seen.insert(
+                id,
+                Seen {
+                    key,
+                    resource_version,
+                },
+            );
+        }
+    }
+
+    /// Adds `key` for `cause`, records the outcome, and tells whether the
+    /// queue took it.
+    fn add(&mut self, key: K, cause: Cause) -> bool {
+        let priority = self.priorities.for_cause(cause);
+        match self
+            .queue
+            .add_with(key.clone(), AddOpts::default().priority(priority))
+        {
+            Ok(()) => {
+                self.out.push_back(Ok(Enqueued {
+                    key,
+                    priority,
+                    cause,
+                }));
+                true
+            }
+            Err(error) => {
+                self.out
+                    .push_back(Err(EnqueueError::Refused { key, error, cause }));
+                false
+            }
+        }
+    }
+}
+
+fn object_id<T: Resource>(object: &T) -> ObjectId {
+    let meta = object.meta();
+    (
+        meta.namespace.clone(),
+        meta.name.clone().unwrap_or_default(),
+    )
+}
+
+/// The stream returned by [`WatchAdapter::watch`] and
+/// [`WatchQueueExt::enqueue`]: drives the watcher and adds its objects to the
+/// queue, yielding each added key or error.
+///
+/// It yields watcher errors and goes on (the watcher recovers on its own),
+/// and ends when the watcher stream ends or after yielding a key the queue
+/// refused. If the queue is shutting down before an event is taken, it ends
+/// without taking it. The adds happen only while the stream is polled, so
+/// keep polling it (for example with `for_each` on a spawned task).
+#[must_use = "streams do nothing unless polled"]
+pub struct Enqueue<S, T, K = ObjectRef<T>, F = ObjectRefFn<T>> {
+    events: Pin<Box<S>>,
+    adapter: WatchAdapter<T, K, F>,
+    refused: bool,
+    ended: bool,
+}
+
+impl<S, T, K, F> fmt::Debug for Enqueue<S, T, K, F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Enqueue")
+            .field("adapter", &self.adapter)
+            .field("refused", &self.refused)
+            .field("ended", &self.ended)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, T, K, F> Enqueue<S, T, K, F> {
+    /// The adapter, with what it has learnt of the objects so far.
+    pub fn adapter(&self) -> &WatchAdapter<T, K, F> {
+        &self.adapter
+    }
+}
+
+impl<S, T, K, F> Stream for Enqueue<S, T, K, F>
+where
+    S: Stream<Item = Result<Event<T>, watcher::Error>>,
+    T: Resource,
+    K: Clone + Eq + Hash + Send + Sync + 'static,
+    F: FnMut(&T) -> K,
+{
+    type Item = Result<Enqueued<K>, EnqueueError<K>>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        // Every field is Unpin (the event stream is boxed).
+        let this = self.get_mut();
+        loop {
+            if let Some(result) = this.adapter.out.pop_front() {
+                if matches!(result, Err(EnqueueError::Refused { .. })) {
+                    this.refused = true;
+                }
+                return Poll::Ready(Some(result));
+            }
+            if this.ended || this.refused || this.adapter.queue.is_shutting_down() {
+                this.ended = true;
+                return Poll::Ready(None);
+            }
+            match this.events.as_mut().poll_next(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(None) => this.ended = true,
+                Poll::Ready(Some(Err(error))) => {
+                    return Poll::Ready(Some(Err(EnqueueError::Watcher(error))));
+                }
+                Poll::Ready(Some(Ok(event))) => this.adapter.process(event),
+            }
+        }
+    }
+}
+
+impl<S, T, K, F> Unpin for Enqueue<S, T, K, F> {}
+
+/// Adds [`enqueue`](Self::enqueue) to kube-runtime watcher streams.
+pub trait WatchQueueExt<T>: Stream<Item = Result<Event<T>, watcher::Error>> + Sized {
+    /// Adds every object this watcher reports to `queue` under its
+    /// [`ObjectRef`], with the default [`WatchPriorities`]; see
+    /// [`WatchAdapter`].
+    ///
+    /// ```no_run
+    /// # async fn example(client: kube_client::Client) {
+    /// use futures::StreamExt;
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// use kube_client::Api;
+    /// use kube_runtime::{WatchStreamExt, watcher};
+    /// use tokio_workqueue::WorkQueue;
+    /// use tokio_workqueue::kube::WatchQueueExt;
+    ///
+    /// let queue = WorkQueue::new();
+    /// let api: Api<ConfigMap> = Api::all(client);
+    /// let feeder = watcher(api, watcher::Config::default())
+    ///     .default_backoff()
+    ///     .enqueue(queue.clone())
+    ///     .for_each(|added| async move {
+    ///         if let Err(e) = added {
+    ///             eprintln!("{e}");
+    ///         }
+    ///     });
+    /// tokio::spawn(feeder);
+    /// # }
+    /// ```
+    fn enqueue(self, queue: WorkQueue<ObjectRef<T>>) -> Enqueue<Self, T>
+    where
+        T: Resource + 'static,
+        T::DynamicType: Default + Clone + Eq + Hash + Send + Sync,
+    {
+        WatchAdapter::new(queue).watch(self)
+    }
+
+    /// Adds every object this watcher reports to the adapter's queue; see
+    /// [`WatchAdapter`].
+    fn enqueue_with<K, F>(self, adapter: WatchAdapter<T, K, F>) -> Enqueue<Self, T, K, F>
+    where
+        T: Resource,
+        K: Clone + Eq + Hash + Send + Sync + 'static,
+        F: FnMut(&T) -> K,
+    {
+        adapter.watch(self)
+    }
+}
+
+impl<T, S> WatchQueueExt<T> for S where S: Stream<Item = Result<Event<T>, watcher::Error>> {}

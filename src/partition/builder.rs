@@ -1,0 +1,226 @@
+//! Configuring a partitioned queue before it is built.
+
+use std::fmt;
+use std::hash::Hash;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::queue::{PanicHook, PartitionFn};
+use super::{PartitionPanic, Partitioned, ZeroPartitions};
+use crate::Builder;
+use crate::limiter::{RateLimiter, default_controller_rate_limiter};
+
+type Configure<K> = Box<dyn Fn(usize, Builder<K>) -> Builder<K> + Send + Sync>;
+
+/// Configures a [`Partitioned`] queue: the name and rate limiter its
+/// partitions share, their starvation bound, anything else per partition, and
+/// a hook told about caught panics.
+///
+/// ```
+/// use std::time::Duration;
+/// use tokio_workqueue::{ExponentialBackoff, Partitioned, TokenBucket};
+///
+/// let queue = Partitioned::builder(3, |key: &String| key.len())
+///     .name("pods")
+///     .rate_limiter(ExponentialBackoff::new(Duration::from_millis(5), Duration::from_secs(60)).unwrap())
+///     .starvation_bound(Duration::from_secs(30))
+///     // Partition 0 is also throttled to 5 keys a second.
+///     .configure(|i, queue| {
+///         if i == 0 { queue.throttle(TokenBucket::new(5.0, 1).unwrap()) } else { queue }
+///     })
+///     .on_panic(|report| eprintln!("{report}"))
+///     .build()
+///     .unwrap();
+/// assert_eq!(queue.name(), "pods");
+/// assert_eq!(queue.partitions(), 3);
+/// ```
+pub struct PartitionedBuilder<K> {
+    n: usize,
+    partition_fn: PartitionFn<K>,
+    name: String,
+    limiter: Option<Arc<dyn RateLimiter<K>>>,
+    starvation_bound: Option<Duration>,
+    configure: Option<Configure<K>>,
+    on_panic: Option<PanicHook<K>>,
+}
+
+impl<K: Clone + Eq + Hash + Send + Sync + 'static> PartitionedBuilder<K> {
+    /// `n` partitions, each key going to partition `partition_fn(&key)`
+    /// (reduced modulo `n`). Nothing else is set: the partitions are unnamed
+    /// and share one [`default_controller_rate_limiter`].
+    pub fn new(n: usize, partition_fn: impl Fn(&K) -> usize + Send + Sync + 'static) -> Self {
+        PartitionedBuilder {
+            n,
+            partition_fn: Box::new(partition_fn),
+            name: String::new(),
+            limiter: None,
+            starvation_bound: None,
+            configure: None,
+            on_panic: None,
+        }
+    }
+
+    /// The queue's name. Partition `i` is named `"{name}-{i}"`, the `name`
+    /// label of its metrics; with no name, the partitions are unnamed too.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// The limiter behind rate-limited adds and requeues, shared by all
+    /// partitions: a token bucket in it caps the retries of the whole queue,
+    /// and per-key backoff works as in one queue. The default is one shared
+    /// [`default_controller_rate_limiter`].
+    ///
+    /// For one limiter per partition, use [`configure`](Self::configure).
+    pub fn rate_limiter(mut self, limiter: impl RateLimiter<K>) -> Self {
+        self.limiter = Some(Arc::new(limiter));
+        self
+    }
+
+    /// The starvation bound of every partition: see
+    /// [`Builder::starvation_bound`]. Off by default.
+    pub fn starvation_bound(mut self, bound: Duration) -> Self {
+        self.starvation_bound = Some(bound);
+        self
+    }
+
+    /// Finishes configuring partition `i`'s queue: `configure` gets its
+    /// index and a [`Builder`] that already has the name, shared rate limiter
+    /// and starvation bound set above, and returns the builder to build it
+    /// with. Use it for per-partition metrics, throttles or limiters.
+    pub fn configure(
+        mut self,
+        configure: impl Fn(usize, Builder<K>) -> Builder<K> + Send + Sync + 'static,
+    ) -> Self {
+        self.configure = Some(Box::new(configure));
+        self
+    }
+
+    /// Called for every panic the queue catches: in the partition function,
+    /// or in the reconcile function given to [`Partitioned::run`]. It runs on
+    /// the task that caught the panic, so it should be quick; a panic inside
+    /// it is caught and ignored.
+    ///
+    /// Each panic is also counted (see [`Partitioned::partition_fn_panics`]
+    /// and [`Partitioned::reconcile_panics`]) and, like any panic, printed by
+    /// the panic hook.
+    pub fn on_panic(mut self, hook: impl Fn(&PartitionPanic<K>) + Send + Sync + 'static) -> Self {
+        self.on_panic = Some(Box::new(hook));
+        self
+    }
+
+    /// Builds the `n` partition queues, or refuses `n == 0`. Needs no
+    /// runtime until the first delayed add or [`Partitioned::run`].
+    pub fn build(self) -> Result<Partitioned<K>, ZeroPartitions> {
+        if self.n == 0 {
+            return Err(ZeroPartitions);
+        }
+        let limiter = self
+            .limiter
+            .unwrap_or_else(|| Arc::new(default_controller_rate_limiter()));
+        let queues = (0..self.n)
+            .map(|i| {
+                let mut builder = Builder::new().rate_limiter(limiter.clone());
+                if !self.name.is_empty() {
+                    builder = builder.name(format!("{}-{i}", self.name));
+                }
+                if let Some(bound) = self.starvation_bound {
+                    builder = builder.starvation_bound(bound);
+                }
+                if let Some(configure) = &self.configure {
+                    builder = configure(i, builder);
+                }
+                builder.build()
+            })
+            .collect();
+        Ok(Partitioned::from_parts(
+            self.name,
+            queues,
+            self.partition_fn,
+            self.on_panic,
+        ))
+    }
+}
+
+impl<K> fmt::Debug for PartitionedBuilder<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PartitionedBuilder")
+            .field("partitions", &self.n)
+            .field("name", &self.name)
+            .field("rate_limiter", &self.limiter.is_some())
+            .field("starvation_bound", &self.starvation_bound)
+            .field("configure", &self.configure.is_some())
+            .field("on_panic", &self.on_panic.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limiter::FastSlow;
+
+    #[test]
+    fn zero_partitions_are_refused_at_build() {
+        let built = PartitionedBuilder::new(0, |_: &u8| 0).name("x").build();
+        assert_eq!(built.unwrap_err(), ZeroPartitions);
+    }
+
+    #[test]
+    fn partitions_are_named_after_the_queue() {
+        let q = PartitionedBuilder::new(3, |k: &u8| *k as usize)
+            .name("pods")
+            .build()
+            .unwrap();
+        let names: Vec<_> = (0..3).map(|i| q.queue(i).name().to_owned()).collect();
+        assert_eq!(names, ["pods-0", "pods-1", "pods-2"]);
+        let unnamed = PartitionedBuilder::new(2, |k: &u8| *k as usize)
+            .build()
+            .unwrap();
+        assert_eq!(unnamed.queue(1).name(), "");
+    }
+
+    #[test]
+    fn the_rate_limiter_is_shared_unless_configured_per_partition() {
+        let ms = Duration::from_millis;
+        let shared = PartitionedBuilder::new(2, |k: &u8| *k as usize)
+            .rate_limiter(FastSlow::new(ms(1), ms(2), 1).unwrap())
+            .build()
+            .unwrap();
+        // Both partitions see the same limiter's memory.
+        shared.queue(0).shared.limiter.when(&7);
+        assert_eq!(shared.queue(1).num_requeues(&7), 1);
+
+        let own = PartitionedBuilder::new(2, |k: &u8| *k as usize)
+            .configure(move |_, b| b.rate_limiter(FastSlow::new(ms(1), ms(2), 1).unwrap()))
+            .build()
+            .unwrap();
+        own.queue(0).shared.limiter.when(&7);
+        assert_eq!(own.queue(1).num_requeues(&7), 0);
+        assert_eq!(own.queue(0).num_requeues(&7), 1);
+    }
+
+    #[test]
+    fn configure_sees_each_partition_index_once() {
+        let seen = std::sync::Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let q = PartitionedBuilder::new(3, |k: &u8| *k as usize)
+            .name("n")
+            .configure(move |i, b| {
+                log.lock().push(i);
+                b.name(format!("custom-{i}"))
+            })
+            .build()
+            .unwrap();
+        assert_eq!(*seen.lock(), [0, 1, 2]);
+        assert_eq!(q.queue(2).name(), "custom-2");
+    }
+
+    #[test]
+    fn debug_tells_what_is_configured() {
+        let b = PartitionedBuilder::new(4, |k: &u8| *k as usize).name("pods");
+        let s = format!("{b:?}");
+        assert!(s.contains("partitions: 4") && s.contains("\"pods\""), "{s}");
+    }
+}
