@@ -21,9 +21,17 @@
 //! bytes per key and compares keys only on a 32-bit hash match.
 //!
 //! When ready times are tracked (metrics or a starvation bound), a side table
-//! keeps one time and a second pair of links per slot: ready nodes are also
-//! linked by age, leased ones by lease start, so the oldest ready key and the
-//! longest lease are both found in O(1).
+//! keeps one time and a second pair of links per slot: leased nodes are
+//! linked by lease start, and with a starvation bound ready nodes are also
+//! linked by age, so the longest lease and the oldest ready key are both
+//! found in O(1).
+//!
+//! A delayed add does not touch the timer wheel: it records the deadline in
+//! `deferred` (the node is `Deferred`), and the timer task, which runs beside
+//! the adding task, moves such records into the wheel when it next runs (the
+//! node becomes `Waiting`). The wheel insert is the costly part of a delayed
+//! add, so a producer of delayed keys pays little more than for an immediate
+//! add.
 //!
 //! Nothing here blocks, sleeps or wakes tasks: the caller does that after the
 //! lock is released, guided by the [`Effects`] each call returns.
@@ -33,6 +41,7 @@ use std::task::Waker;
 use std::time::Duration;
 
 use hashbrown::HashTable;
+use hashbrown::hash_table::Entry;
 use tokio::time::Instant;
 use tokio_util::time::DelayQueue;
 use tokio_util::time::delay_queue::Key as TimerKey;
@@ -56,12 +65,41 @@ const WHEEL_REFRESH: Duration = Duration::from_secs(30 * 24 * 60 * 60);
 
 #[derive(Debug, Clone, Copy)]
 enum Place {
-    Free { next_free: u32 },
-    Ready { prev: u32, next: u32 },
-    Waiting { timer: TimerKey },
+    Free {
+        next_free: u32,
+    },
+    Ready {
+        prev: u32,
+        next: u32,
+    },
+    Waiting {
+        timer: TimerKey,
+    },
+    /// Waiting, its timer not yet in the wheel: `at` indexes
+    /// [`State::deferred`].
+    Deferred {
+        at: u32,
+    },
     Leased,
     LeasedDirty,
-    LeasedWaiting { timer: TimerKey },
+    LeasedWaiting {
+        timer: TimerKey,
+    },
+    LeasedDeferred {
+        at: u32,
+    },
+}
+
+/// A delay the timer task has yet to put in the wheel. The wheel insert is
+/// the costly part of a delayed add, so the adding task only records it and
+/// the timer task, which runs beside it, does the insert.
+#[derive(Debug, Clone, Copy)]
+struct DeferredTimer {
+    /// NIL once cancelled (the key became ready or was dropped).
+    slot: u32,
+    /// The order the delay was set in, for keys due in the same millisecond.
+    seq: u64,
+    deadline: Instant,
 }
 
 #[derive(Debug)]
@@ -100,8 +138,13 @@ struct StampList {
 
 #[derive(Debug)]
 struct Times {
+    /// A placeholder time for stamps not yet in a list.
+    epoch: Instant,
     stamps: Vec<Stamp>,
-    /// Ready keys, oldest ready time first.
+    /// Whether ready keys are linked in `ready`: only the starvation bound
+    /// needs the oldest one; metrics need each key's ready time alone.
+    age_list: bool,
+    /// Ready keys, oldest ready time first (when `age_list`).
     ready: StampList,
     /// Leased keys, earliest lease first.
     leased: StampList,
@@ -185,6 +228,8 @@ pub(crate) struct State<K> {
     /// Each entry is a slot and the order its delay was set in, so keys
     /// due in the same millisecond come out in the order they were added.
     timers: DelayQueue<(u32, u64)>,
+    /// Delays set since the timer task last ran, for it to put in `timers`.
+    deferred: Vec<DeferredTimer>,
     timer_seq: u64,
     /// When the timer task last polled the wheel.
     timers_polled_at: Option<Instant>,
@@ -220,60 +265,44 @@ fn wide(h: u32) -> u64 {
     (u64::from(h) << 32) | u64::from(h)
 }
 
-impl<K: Eq + Hash> State<K> {
-    fn find(&self, key: &K, h: u32) -> Option<u32> {
-        let nodes = &self.nodes;
-        self.index
-            .find(wide(h), |&i| {
-                let n = &nodes[i as usize];
-                n.hash == h && n.key.as_ref() == Some(key)
-            })
-            .copied()
-    }
-
-    fn alloc(&mut self, key: K, h: u32, priority: i32, place: Place) -> u32 {
-        let slot = if self.free_head != NIL {
-            let slot = self.free_head;
-            let node = &mut self.nodes[slot as usize];
-            let Place::Free { next_free } = node.place else {
-                unreachable!("free list holds a live node")
-            };
-            self.free_head = next_free;
-            *node = Node {
-                key: Some(key),
-                place,
-                hash: h,
-                priority,
-            };
-            slot
-        } else {
-            // Slot numbers are u32 and NIL is reserved: 4 billion live keys
-            // is far past any memory this queue could be given.
-            let slot = u32::try_from(self.nodes.len())
-                .ok()
-                .filter(|&s| s != NIL)
-                .expect("more than u32::MAX - 1 keys in one queue");
-            self.nodes.push(Node {
-                key: Some(key),
-                place,
-                hash: h,
-                priority,
-            });
-            if let Some(t) = &mut self.times {
-                t.stamps.push(Stamp {
-                    at: Instant::now(),
-                    prev: NIL,
-                    next: NIL,
-                });
-            }
-            slot
+/// Takes a slot for a new node: the head of the free list, else a new one
+/// at the end. The caller indexes it.
+fn alloc<K>(
+    nodes: &mut Vec<Node<K>>,
+    free_head: &mut u32,
+    times: Option<&mut Times>,
+    node: Node<K>,
+) -> u32 {
+    if *free_head != NIL {
+        let slot = *free_head;
+        let old = &mut nodes[slot as usize];
+        let Place::Free { next_free } = old.place else {
+            unreachable!("free list holds a live node")
         };
-        let nodes = &self.nodes;
-        self.index
-            .insert_unique(wide(h), slot, |&i| wide(nodes[i as usize].hash));
-        slot
+        *free_head = next_free;
+        *old = node;
+        return slot;
     }
+    // Slot numbers are u32 and NIL is reserved: 4 billion live keys is far
+    // past any memory this queue could be given.
+    let slot = u32::try_from(nodes.len())
+        .ok()
+        .filter(|&s| s != NIL)
+        .expect("more than u32::MAX - 1 keys in one queue");
+    nodes.push(node);
+    if let Some(t) = times {
+        // Overwritten whenever the slot joins a list, before it is read: no
+        // clock read needed here.
+        t.stamps.push(Stamp {
+            at: t.epoch,
+            prev: NIL,
+            next: NIL,
+        });
+    }
+    slot
+}
 
+impl<K: Eq + Hash> State<K> {
     /// Adds `key` (hashed to `h`) with `priority`, ready `when`.
     ///
     /// `now` is the caller's clock reading when times are tracked.
@@ -290,24 +319,50 @@ impl<K: Eq + Hash> State<K> {
         }
         let h = h as u32;
         let mut fx = Effects::default();
-        let Some(slot) = self.find(&key, h) else {
-            let slot = self.alloc(key, h, priority, Place::Leased);
-            match when {
-                When::Now => {
-                    self.make_ready(slot, priority, now);
-                    fx.wake = 1;
-                    fx.added = 1;
-                }
-                When::At(deadline) => {
-                    let (timer, wt) = self.insert_timer(slot, deadline);
-                    self.nodes[slot as usize].place = Place::Waiting { timer };
-                    self.waiting += 1;
-                    fx.timer_waker = wt;
-                }
+        // One probe finds the key or the place its entry goes: on a large
+        // queue each probe of the index is a cache miss.
+        let nodes = &self.nodes;
+        let entry = self.index.entry(
+            wide(h),
+            |&i| {
+                let n = &nodes[i as usize];
+                n.hash == h && n.key.as_ref() == Some(&key)
+            },
+            |&i| wide(nodes[i as usize].hash),
+        );
+        let vacant = match entry {
+            Entry::Occupied(e) => {
+                let slot = *e.get();
+                self.merge(slot, priority, when, now, &mut fx);
+                return Ok(fx);
             }
-            return Ok(fx);
+            Entry::Vacant(v) => v,
         };
-        self.merge(slot, priority, when, now, &mut fx);
+        let node = Node {
+            key: Some(key),
+            place: Place::Leased,
+            hash: h,
+            priority,
+        };
+        let slot = alloc(
+            &mut self.nodes,
+            &mut self.free_head,
+            self.times.as_mut(),
+            node,
+        );
+        vacant.insert(slot);
+        match when {
+            When::Now => {
+                self.make_ready(slot, priority, now);
+                fx.wake = 1;
+                fx.added = 1;
+            }
+            When::At(deadline) => {
+                let at = self.defer(slot, deadline, &mut fx);
+                self.nodes[slot as usize].place = Place::Deferred { at };
+                self.waiting += 1;
+            }
+        }
         Ok(fx)
     }
 }
@@ -327,11 +382,14 @@ impl<K> State<K> {
             dirty: 0,
             waiting: 0,
             timers: DelayQueue::new(),
+            deferred: Vec::new(),
             timer_seq: 0,
             timers_polled_at: None,
             timer_waker: None,
             times: (track_times || promote_after.is_some()).then(|| Times {
+                epoch: Instant::now(),
                 stamps: Vec::new(),
+                age_list: promote_after.is_some(),
                 ready: StampList {
                     head: NIL,
                     tail: NIL,
@@ -495,7 +553,11 @@ impl<K> State<K> {
         self.link_ready(slot, priority);
         if let Some(t) = &mut self.times {
             let at = now.unwrap_or_else(Instant::now);
-            t.push_back(Which::Ready, slot, at);
+            if t.age_list {
+                t.push_back(Which::Ready, slot, at);
+            } else {
+                t.stamps[slot as usize].at = at;
+            }
         }
     }
 
@@ -535,16 +597,27 @@ impl<K> State<K> {
                     self.timers.reset_at(&timer, deadline);
                 }
             }
+            (Place::Deferred { at }, When::Now) => {
+                self.deferred[at as usize].slot = NIL;
+                self.waiting -= 1;
+                self.make_ready(slot, merged, now);
+                fx.wake += 1;
+                fx.added += 1;
+            }
+            (Place::Deferred { at } | Place::LeasedDeferred { at }, When::At(deadline)) => {
+                self.nodes[slot as usize].priority = merged;
+                let pending = &mut self.deferred[at as usize];
+                pending.deadline = pending.deadline.min(deadline);
+            }
             (Place::Leased, When::Now) => {
                 self.set(slot, Place::LeasedDirty, priority);
                 self.dirty += 1;
                 fx.added += 1;
             }
             (Place::Leased, When::At(deadline)) => {
-                let (timer, wt) = self.insert_timer(slot, deadline);
-                self.set(slot, Place::LeasedWaiting { timer }, priority);
+                let at = self.defer(slot, deadline, fx);
+                self.set(slot, Place::LeasedDeferred { at }, priority);
                 self.waiting += 1;
-                fx.timer_waker = wt;
             }
             (Place::LeasedDirty, _) => self.nodes[slot as usize].priority = merged,
             (Place::LeasedWaiting { timer }, When::Now) => {
@@ -554,6 +627,48 @@ impl<K> State<K> {
                 self.dirty += 1;
                 fx.added += 1;
             }
+            (Place::LeasedDeferred { at }, When::Now) => {
+                self.deferred[at as usize].slot = NIL;
+                self.set(slot, Place::LeasedDirty, merged);
+                self.waiting -= 1;
+                self.dirty += 1;
+                fx.added += 1;
+            }
+        }
+    }
+
+    /// Records a delay for the timer task to put in the wheel, and wakes the
+    /// task when it is the first since it last ran.
+    fn defer(&mut self, slot: u32, deadline: Instant, fx: &mut Effects) -> u32 {
+        if self.deferred.is_empty()
+            && let Some(w) = &self.timer_waker
+        {
+            fx.timer_waker = Some(WakeTimer(WakerEq(w.clone())));
+        }
+        self.timer_seq += 1;
+        let at = u32::try_from(self.deferred.len()).expect("fewer delays than slots");
+        self.deferred.push(DeferredTimer {
+            slot,
+            seq: self.timer_seq,
+            deadline,
+        });
+        at
+    }
+
+    /// Puts the deferred delays in the wheel (in the timer task).
+    fn insert_deferred(&mut self) {
+        for d in std::mem::take(&mut self.deferred) {
+            if d.slot == NIL {
+                continue;
+            }
+            // A stale wheel replaced here is polled right after, by this task.
+            let (timer, _) = self.insert_timer(d.slot, d.seq, d.deadline);
+            let node = &mut self.nodes[d.slot as usize];
+            node.place = match node.place {
+                Place::Deferred { .. } => Place::Waiting { timer },
+                Place::LeasedDeferred { .. } => Place::LeasedWaiting { timer },
+                _ => unreachable!("a deferred delay for a key that is not waiting"),
+            };
         }
     }
 
@@ -563,7 +678,12 @@ impl<K> State<K> {
         node.priority = priority;
     }
 
-    fn insert_timer(&mut self, slot: u32, deadline: Instant) -> (TimerKey, Option<WakeTimer>) {
+    fn insert_timer(
+        &mut self,
+        slot: u32,
+        seq: u64,
+        deadline: Instant,
+    ) -> (TimerKey, Option<WakeTimer>) {
         // The wheel measures deadlines from its last poll and panics on one
         // more than about two years past it. A wheel with entries is polled at
         // least once a MAX_DELAY; an empty one may sit idle for ever, so a
@@ -578,11 +698,7 @@ impl<K> State<K> {
             self.timers_polled_at = None;
             wake = self.timer_waker.take().map(|w| WakeTimer(WakerEq(w)));
         }
-        self.timer_seq += 1;
-        (
-            self.timers.insert_at((slot, self.timer_seq), deadline),
-            wake,
-        )
+        (self.timers.insert_at((slot, seq), deadline), wake)
     }
 
     /// Moves every pending timer to a fresh wheel. The old wheel's sleep may
@@ -618,6 +734,7 @@ impl<K> State<K> {
         {
             self.timer_waker = Some(cx.waker().clone());
         }
+        self.insert_deferred();
         let stamp = self.times.is_some().then_some(now);
         // The wheel hands out keys due in the same millisecond last-in first,
         // so every key due now is collected and fired in (deadline, order
@@ -686,7 +803,9 @@ impl<K> State<K> {
         let mut ready_at = None;
         if let Some(t) = &mut self.times {
             ready_at = Some(t.stamps[slot as usize].at);
-            t.unlink(Which::Ready, slot);
+            if t.age_list {
+                t.unlink(Which::Ready, slot);
+            }
             t.push_back(Which::Leased, slot, now.unwrap_or_else(Instant::now));
         }
         self.leased += 1;
@@ -735,6 +854,7 @@ impl<K> State<K> {
                 fx.wake += 1;
             }
             Place::LeasedWaiting { timer } => self.set(slot, Place::Waiting { timer }, priority),
+            Place::LeasedDeferred { at } => self.set(slot, Place::Deferred { at }, priority),
             _ => unreachable!("finishing a lease that is not leased"),
         }
         fx.wake_all |= self.is_drained();
@@ -751,18 +871,22 @@ impl<K> State<K> {
         let mut waiting = Vec::with_capacity(self.waiting);
         for (i, n) in self.nodes.iter().enumerate() {
             match n.place {
-                Place::Waiting { .. } | Place::LeasedWaiting { .. } => waiting.push(i as u32),
+                Place::Waiting { .. }
+                | Place::LeasedWaiting { .. }
+                | Place::Deferred { .. }
+                | Place::LeasedDeferred { .. } => waiting.push(i as u32),
                 _ => {}
             }
         }
         for slot in waiting {
             match self.nodes[slot as usize].place {
-                Place::Waiting { .. } => drop(self.free(slot)),
+                Place::Waiting { .. } | Place::Deferred { .. } => drop(self.free(slot)),
                 _ => self.nodes[slot as usize].place = Place::Leased,
             }
         }
         self.waiting = 0;
         // Dropping the wheel releases every timer at once.
+        self.deferred = Vec::new();
         self.timers = DelayQueue::new();
         self.timers_polled_at = None;
         if let Some(w) = self.timer_waker.take() {
@@ -930,6 +1054,41 @@ mod tests {
         let _ = st.finish(a, None, None).0;
         let fx = st.finish(b, None, None).0;
         assert!(fx.wake_all && st.is_drained());
+    }
+
+    #[test]
+    fn deferred_delays_merge_and_cancel() {
+        let mut st = State::new(false, None);
+        let now = Instant::now();
+        let at = |secs| When::At(now + Duration::from_secs(secs));
+        let fx = st.add("a".into(), h("a"), 0, at(10), None).unwrap();
+        assert_eq!(fx.added, 0, "a delayed key is added when due");
+        assert_eq!(st.counts().waiting, 1);
+        // The earlier ready time wins; no second record.
+        let _ = st.add("a".into(), h("a"), 0, at(5), None).unwrap();
+        let _ = st.add("a".into(), h("a"), 0, at(20), None).unwrap();
+        assert_eq!(st.deferred.len(), 1);
+        assert_eq!(st.deferred[0].deadline, now + Duration::from_secs(5));
+        // An immediate add makes it ready and cancels the record.
+        assert_eq!(add(&mut st, "a", 0).added, 1);
+        assert_eq!(st.deferred[0].slot, NIL);
+        assert_eq!(st.counts().waiting, 0);
+        let (slot, k, _) = pop(&mut st).unwrap();
+        assert_eq!(k, "a");
+        // Delayed while leased: waits once the lease ends; shutdown drops it.
+        let _ = st.add("a".into(), h("a"), 0, at(5), None).unwrap();
+        assert!(matches!(
+            st.nodes[slot as usize].place,
+            Place::LeasedDeferred { .. }
+        ));
+        let _ = st.finish(slot, None, None);
+        assert!(matches!(
+            st.nodes[slot as usize].place,
+            Place::Deferred { .. }
+        ));
+        let _ = st.shutdown();
+        assert!(st.deferred.is_empty());
+        assert_eq!(st.index.len(), 0);
     }
 
     #[test]
