@@ -92,9 +92,14 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkItem<K> {
 
     /// Adds the key again after the rate limiter's delay for it (counting a
     /// failure and a retry), then ends the lease.
+    ///
+    /// After shutdown, or without a tokio runtime, the requeue is refused
+    /// with an error, no failure is counted, and the lease still ends.
     pub fn requeue_rate_limited(mut self) -> Result<(), AddError> {
-        if self.shared.state.lock().is_shutdown() {
-            return self.end(None, false).and(Err(AddError::ShuttingDown));
+        // Refused before the limiter records a failure for nothing; the
+        // lease still ends.
+        if let Err(e) = self.shared.can_rate_limit() {
+            return self.end(None, false).and(Err(e));
         }
         let delay = self.shared.limiter.when(&self.key);
         let when = self.when(delay);

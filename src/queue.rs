@@ -162,6 +162,10 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
 
     /// Makes `key` ready after the rate limiter's delay for it, and counts a
     /// retry.
+    ///
+    /// Needs a tokio runtime, like every delayed add, even when the limiter
+    /// would answer "now": without one it returns [`AddError::NoRuntime`], and
+    /// a refused add (also after shutdown) counts no failure in the limiter.
     pub fn add_rate_limited(&self, key: K) -> Result<(), AddError> {
         self.add_with(key, AddOpts::default().rate_limited())
     }
@@ -179,10 +183,8 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
     pub fn add_with(&self, key: K, opts: AddOpts) -> Result<(), AddError> {
         let mut delay = opts.after;
         if opts.rate_limited {
-            if self.is_shutting_down() {
-                // Refused before the limiter records a failure for nothing.
-                return Err(AddError::ShuttingDown);
-            }
+            // Refused before the limiter records a failure for nothing.
+            self.shared.can_rate_limit()?;
             delay = delay.max(self.shared.limiter.when(&key));
         }
         self.shared
@@ -301,6 +303,24 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
 }
 
 impl<K: Clone + Eq + Hash + Send + Sync + 'static> Shared<K> {
+    /// Whether a rate-limited add could go ahead now: the queue is open, and
+    /// a delay could be timed (a runtime is current, or the timer task of an
+    /// earlier one still runs). Asked before the limiter, which counts a
+    /// failure each time it is asked, so that a refused add counts none.
+    pub(crate) fn can_rate_limit(&self) -> Result<(), AddError> {
+        let st = self.state.lock();
+        if st.is_shutdown() {
+            return Err(AddError::ShuttingDown);
+        }
+        let timer_alive = st.timer_task.as_ref().is_some_and(|t| !t.is_finished());
+        drop(st);
+        if timer_alive || tokio::runtime::Handle::try_current().is_ok() {
+            Ok(())
+        } else {
+            Err(AddError::NoRuntime)
+        }
+    }
+
     pub(crate) fn add(
         self: &Arc<Self>,
         key: K,

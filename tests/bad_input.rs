@@ -13,8 +13,8 @@ use futures::{FutureExt, StreamExt};
 use tokio::time::Instant;
 use tokio_workqueue::limiter::{InvalidLimiter, RateLimiter};
 use tokio_workqueue::{
-    AddError, AddOpts, ExponentialBackoff, FastSlow, Lane, MAX_DELAY, MaxOf, TokenBucket,
-    WithMaxWait, WorkQueue, default_controller_rate_limiter,
+    AddError, AddOpts, ExponentialBackoff, FastSlow, Lane, MAX_DELAY, MaxOf, Partitioned,
+    TokenBucket, WithMaxWait, WorkQueue, default_controller_rate_limiter,
 };
 
 const SEC: Duration = Duration::from_secs(1);
@@ -216,8 +216,12 @@ fn rows() -> Vec<Row> {
         row(
             "add_rate_limited",
             "no runtime (default limiter delays)",
-            "Err(NoRuntime)",
-            Plain(|| format!("{:?}", q().add_rate_limited(1))),
+            "Err(NoRuntime), 0 failures counted",
+            Plain(|| {
+                let q = q();
+                let err = q.add_rate_limited(1).unwrap_err();
+                format!("Err({err:?}), {} failures counted", q.num_requeues(&1))
+            }),
         ),
         row(
             "forget / num_requeues",
@@ -312,6 +316,7 @@ fn rows() -> Vec<Row> {
                 let item = futures::executor::block_on(q.get()).unwrap();
                 let err = item.requeue_rate_limited().unwrap_err();
                 assert_eq!(q.snapshot().in_flight, 0);
+                assert_eq!(q.num_requeues(&1), 0, "a refused requeue counted a failure");
                 format!("Err({err:?}), lease ended")
             }),
         ),
@@ -730,6 +735,63 @@ fn rows() -> Vec<Row> {
                 } else {
                     format!("{last:?}")
                 }
+            }),
+        ),
+        // Partitions.
+        row(
+            "Partitioned::new",
+            "n = 0",
+            "Err(ZeroPartitions)",
+            Plain(|| {
+                format!(
+                    "{:?}",
+                    Partitioned::new(0, |k: &u32| *k as usize).map(|_| ())
+                )
+            }),
+        ),
+        row(
+            "Partitioned::new",
+            "partition fn returns usize::MAX, n = 7",
+            "partition usize::MAX % 7",
+            Plain(|| {
+                let p = Partitioned::new(7, |_: &u32| usize::MAX).unwrap();
+                p.add(1).unwrap();
+                let i = p.partition_of(&1);
+                if i == usize::MAX % 7 && p.depths()[i] == 1 {
+                    "partition usize::MAX % 7".into()
+                } else {
+                    format!("partition {i}, depths {:?}", p.depths())
+                }
+            }),
+        ),
+        row(
+            "Partitioned::add",
+            "partition fn panics",
+            "Ok(()), partition 0, 1 panic counted",
+            Plain(|| {
+                let p = Partitioned::builder(3, |_: &u32| -> usize { panic!("no node") })
+                    .on_panic(|_| {})
+                    .build()
+                    .unwrap();
+                let added = p.add(1);
+                format!(
+                    "{added:?}, partition {}, {} panic counted",
+                    p.depths()
+                        .iter()
+                        .position(|&d| d == 1)
+                        .unwrap_or(usize::MAX),
+                    p.partition_fn_panics()
+                )
+            }),
+        ),
+        row(
+            "Partitioned::add_after",
+            "after shutdown",
+            "Err(ShuttingDown)",
+            Plain(|| {
+                let p = Partitioned::new(2, |k: &u32| *k as usize).unwrap();
+                p.shutdown();
+                format!("{:?}", p.add_after(1, SEC))
             }),
         ),
         row(
