@@ -90,6 +90,7 @@ pub mod limiter;
 pub mod metrics;
 mod options;
 pub mod partition;
+mod prefetch;
 mod queue;
 mod state;
 mod sync;

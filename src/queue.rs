@@ -21,6 +21,7 @@ use crate::item::WorkItem;
 use crate::limiter::RateLimiter;
 use crate::metrics::{MetricsHook, Probe, Snapshot, Source};
 use crate::options::{AddOpts, Lane};
+use crate::prefetch::SharedLayout;
 use crate::state::{Effects, MAX_DELAY, Refused, State, When};
 use crate::sync::{Arc, Mutex, Notify};
 use crate::throttle::Throttle;
@@ -69,6 +70,8 @@ pub(crate) struct Shared<K> {
     consumers: Notify,
     drained: Notify,
     hasher: hashbrown::DefaultHashBuilder,
+    /// Where the key index is, for prefetching outside the lock.
+    layout: SharedLayout,
     pub(crate) limiter: Box<dyn RateLimiter<K>>,
     pub(crate) metrics: Option<Box<dyn MetricsHook>>,
     name: String,
@@ -118,6 +121,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
             consumers: Notify::new(),
             drained: Notify::new(),
             hasher: hashbrown::DefaultHashBuilder::default(),
+            layout: SharedLayout::default(),
             limiter,
             metrics,
             name,
@@ -335,6 +339,8 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Shared<K> {
             Some(now) if !delay.is_zero() => When::At(now + delay),
             _ => When::Now,
         };
+        // The lookup's cache misses start before the lock is taken.
+        self.layout.load().prefetch(h);
         let mut st = self.state.lock();
         if when != When::Now && !st.is_shutdown() {
             (self.start_timer)(self, &mut st)?;
@@ -343,7 +349,9 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Shared<K> {
             .add(key, h, priority, when, now.filter(|_| self.track))
             .map_err(refused)?;
         let wake = fx.wake.min(st.parked as u32);
+        let layout = st.layout();
         drop(st);
+        self.layout.publish(layout);
         self.apply(fx, wake);
         if retry && let Some(m) = &self.metrics {
             m.retry();

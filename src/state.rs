@@ -42,6 +42,8 @@ use std::time::Duration;
 
 use hashbrown::HashTable;
 use hashbrown::hash_table::Entry;
+
+use crate::prefetch::IndexLayout;
 use tokio::time::Instant;
 use tokio_util::time::DelayQueue;
 use tokio_util::time::delay_queue::Key as TimerKey;
@@ -219,6 +221,8 @@ pub(crate) struct State<K> {
     nodes: Vec<Node<K>>,
     free_head: u32,
     index: HashTable<u32>,
+    /// Where `index` keeps its groups, for prefetch hints.
+    layout: IndexLayout,
     /// Highest priority first.
     levels: Vec<Level>,
     ready_len: usize,
@@ -350,7 +354,11 @@ impl<K: Eq + Hash> State<K> {
             self.times.as_mut(),
             node,
         );
-        vacant.insert(slot);
+        // An insert is the only thing that can move the table.
+        let inserted = vacant.insert(slot);
+        let bucket = inserted.bucket_index();
+        let slot_addr = std::ptr::from_ref(inserted.get()).addr();
+        self.layout = IndexLayout::new(slot_addr, bucket, self.index.num_buckets());
         match when {
             When::Now => {
                 self.make_ready(slot, priority, now);
@@ -368,6 +376,11 @@ impl<K: Eq + Hash> State<K> {
 }
 
 impl<K> State<K> {
+    /// Where the index keeps its groups now.
+    pub(crate) fn layout(&self) -> IndexLayout {
+        self.layout
+    }
+
     /// `track_times` keeps ready and lease times (for metrics and the
     /// starvation bound); `promote_after` serves keys that have been ready
     /// that long before any others.
@@ -376,6 +389,7 @@ impl<K> State<K> {
             nodes: Vec::new(),
             free_head: NIL,
             index: HashTable::new(),
+            layout: IndexLayout::default(),
             levels: Vec::new(),
             ready_len: 0,
             leased: 0,
@@ -811,6 +825,9 @@ impl<K> State<K> {
         self.leased += 1;
         let node = &mut self.nodes[slot as usize];
         node.place = Place::Leased;
+        // The lease end will look the key up to free it: start fetching its
+        // index group now, while the worker runs outside the lock.
+        self.layout.prefetch(wide(node.hash));
         Some(Popped {
             slot,
             key: node.key.clone().expect("live node without a key"),

@@ -1,0 +1,130 @@
+//! Prefetch hints for the key index, so its cache misses overlap with work
+//! done outside the queue's lock instead of lengthening the time it is held.
+//!
+//! On a queue of a million keys the index (`hashbrown::HashTable<u32>`) is
+//! several megabytes, and each lookup or removal misses the cache twice:
+//! once for the control bytes of the probed group, once for the slot numbers
+//! beside them. Both are taken under the lock, so every other producer and
+//! consumer waits for them. The queue therefore remembers where the table's
+//! control bytes are ([`IndexLayout`], refreshed after every insert, the
+//! only operation that can move the table) and asks the CPU to fetch a key's
+//! group early: when a key is handed out, for the removal at its lease end,
+//! and before an add takes the lock, for the add's own lookup.
+//!
+//! The address is computed from hashbrown's memory layout (slots stored
+//! downwards from the control bytes), which hashbrown does not promise to
+//! keep. That is acceptable only because a prefetch is a hint: a wrong or
+//! stale address (the table moved, or was freed) costs a wasted fetch and
+//! never a fault or a wrong answer; nothing is ever read through it.
+
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+/// Where the index's control bytes start, and its bucket mask.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct IndexLayout {
+    ctrl: usize,
+    mask: usize,
+}
+
+impl IndexLayout {
+    /// The layout of a table in which the slot number at `slot_addr` sits in
+    /// bucket `bucket`, of `buckets` buckets.
+    pub(crate) fn new(slot_addr: usize, bucket: usize, buckets: usize) -> Self {
+        IndexLayout {
+            ctrl: slot_addr.wrapping_add((bucket + 1) * size_of::<u32>()),
+            mask: buckets.wrapping_sub(1),
+        }
+    }
+
+    /// Hints that the index group probed first for `hash` is needed soon.
+    #[inline]
+    pub(crate) fn prefetch(&self, hash: u64) {
+        if self.ctrl == 0 {
+            return;
+        }
+        let pos = (hash as usize) & self.mask;
+        prefetch(self.ctrl.wrapping_add(pos));
+        prefetch(self.ctrl.wrapping_sub((pos + 1) * size_of::<u32>()));
+    }
+}
+
+#[inline(always)]
+fn prefetch(addr: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        // SAFETY: `_mm_prefetch` is unsafe only for its target feature, SSE,
+        // which every x86_64 CPU has. A prefetch never faults and reads
+        // nothing the program can see, whatever the address.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(addr as *const i8) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = addr;
+}
+
+/// The last [`IndexLayout`] seen under the lock, readable without it, so a
+/// producer can prefetch before it takes the lock. Torn or stale reads are
+/// harmless for the same reason as above.
+#[derive(Debug, Default)]
+pub(crate) struct SharedLayout {
+    ctrl: AtomicUsize,
+    mask: AtomicUsize,
+}
+
+impl SharedLayout {
+    pub(crate) fn load(&self) -> IndexLayout {
+        IndexLayout {
+            ctrl: self.ctrl.load(Relaxed),
+            mask: self.mask.load(Relaxed),
+        }
+    }
+
+    /// Publishes `layout`; writes only when it changed (the table moved), so
+    /// producers do not keep dirtying a shared cache line.
+    pub(crate) fn publish(&self, layout: IndexLayout) {
+        if self.ctrl.load(Relaxed) != layout.ctrl {
+            self.ctrl.store(layout.ctrl, Relaxed);
+            self.mask.store(layout.mask, Relaxed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hashbrown::HashTable;
+
+    fn hash(i: u32) -> u64 {
+        u64::from(i).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    }
+
+    /// If hashbrown ever lays its table out differently, the hints become
+    /// useless (never wrong): this test says so.
+    #[test]
+    fn the_layout_finds_every_slot_where_hashbrown_keeps_it() {
+        let mut table = HashTable::new();
+        let mut layout = IndexLayout::default();
+        for i in 0..5000u32 {
+            let entry = table.insert_unique(hash(i), i, |&x| hash(x));
+            let (bucket, addr) = (entry.bucket_index(), std::ptr::from_ref(entry.get()).addr());
+            layout = IndexLayout::new(addr, bucket, table.num_buckets());
+        }
+        assert_eq!(layout.mask, table.num_buckets() - 1);
+        for i in 0..5000u32 {
+            let bucket = table.find_bucket_index(hash(i), |&x| x == i).unwrap();
+            let addr = std::ptr::from_ref(table.get_bucket(bucket).unwrap()).addr();
+            assert_eq!(addr, layout.ctrl - (bucket + 1) * size_of::<u32>());
+        }
+        layout.prefetch(hash(1));
+        IndexLayout::default().prefetch(hash(1)); // no table yet: no hint
+    }
+
+    #[test]
+    fn shared_layout_publishes_changes() {
+        let shared = SharedLayout::default();
+        let layout = IndexLayout::new(0x1000, 3, 16);
+        shared.publish(layout);
+        let read = shared.load();
+        assert_eq!((read.ctrl, read.mask), (0x1010, 15));
+    }
+}
