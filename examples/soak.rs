@@ -29,25 +29,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
 use tokio_workqueue::{AddOpts, ExponentialBackoff, WorkItem, WorkQueue};
 
 const KEYS: usize = 10_000;
 const PRODUCERS: usize = 4;
 const CONSUMERS: usize = 8;
-
-/// xorshift64*: cheap randomness without a dependency.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 #[derive(Default)]
 struct Counters {
@@ -88,8 +76,8 @@ impl Record {
         }
     }
 
-    fn rng(&self) -> Rng {
-        Rng(self.seed.fetch_add(0x9E37_79B9_7F4A_7C15, SeqCst) | 1)
+    fn rng(&self) -> SmallRng {
+        SmallRng::seed_from_u64(self.seed.fetch_add(0x9E37_79B9_7F4A_7C15, SeqCst))
     }
 
     fn index(key: &str) -> usize {
@@ -148,10 +136,10 @@ fn mib(b: u64) -> String {
     format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0))
 }
 
-async fn work(rec: Arc<Record>, item: WorkItem<String>, rng: &mut Rng) {
+async fn work(rec: Arc<Record>, item: WorkItem<String>, rng: &mut SmallRng) {
     let i = Record::index(item.key());
     rec.lease_started(i);
-    let choice = rng.below(1000);
+    let choice = rng.random_range(0..1000);
     if choice < 20 {
         let rec2 = rec.clone();
         let res = tokio::spawn(async move {
@@ -168,7 +156,7 @@ async fn work(rec: Arc<Record>, item: WorkItem<String>, rng: &mut Rng) {
         return;
     }
     let h = Holding(&rec, i);
-    if rng.below(8) == 0 {
+    if rng.random_range(0..8) == 0 {
         tokio::task::yield_now().await;
     }
     let requeue = !rec.stop_requeues.load(SeqCst);
@@ -180,7 +168,7 @@ async fn work(rec: Arc<Record>, item: WorkItem<String>, rng: &mut Rng) {
         }
         120..=169 if requeue => {
             rec.adding(i);
-            item.requeue_after(Duration::from_millis(rng.below(20) + 1))
+            item.requeue_after(Duration::from_millis(rng.random_range(0..20) + 1))
         }
         170..=199 if requeue => {
             rec.adding(i);
@@ -200,11 +188,11 @@ async fn consumer(q: WorkQueue<String>, rec: Arc<Record>) {
     let mut rng = rec.rng();
     let mut stream = q.clone();
     loop {
-        let got = match rng.below(4) {
+        let got = match rng.random_range(0..4) {
             0 => q.get().await,
             1 => stream.next().await,
             2 => {
-                let tiny = Duration::from_micros(rng.below(500));
+                let tiny = Duration::from_micros(rng.random_range(0..500));
                 match tokio::time::timeout(tiny, q.get()).await {
                     Ok(got) => got,
                     Err(_) => {
@@ -231,10 +219,10 @@ async fn consumer(q: WorkQueue<String>, rec: Arc<Record>) {
 async fn producer(q: WorkQueue<String>, rec: Arc<Record>, stop: Arc<AtomicBool>) {
     let mut rng = rec.rng();
     while !stop.load(SeqCst) {
-        let i = rng.below(KEYS as u64) as usize;
-        let opts = AddOpts::default().priority(rng.below(3) as i32 - 1);
-        let opts = match rng.below(20) {
-            0 | 1 => opts.after(Duration::from_millis(rng.below(50) + 1)),
+        let i = rng.random_range(0..KEYS as u64) as usize;
+        let opts = AddOpts::default().priority(rng.random_range(-1..=1));
+        let opts = match rng.random_range(0..20) {
+            0 | 1 => opts.after(Duration::from_millis(rng.random_range(0..50) + 1)),
             2 => opts.rate_limited(),
             _ => opts,
         };
@@ -242,7 +230,7 @@ async fn producer(q: WorkQueue<String>, rec: Arc<Record>, stop: Arc<AtomicBool>)
         q.add_with(rec.keys[i].clone(), opts)
             .expect("add refused before shutdown");
         rec.n.adds.fetch_add(1, SeqCst);
-        if rng.below(16) == 0 {
+        if rng.random_range(0..16) == 0 {
             tokio::task::yield_now().await;
         }
     }

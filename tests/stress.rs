@@ -20,25 +20,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::time::Duration;
 
 use futures::StreamExt;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
 use tokio_workqueue::{AddOpts, ExponentialBackoff, WorkItem, WorkQueue};
 
 const KEYS: usize = 64;
 const PRODUCERS: usize = 3;
 const CONSUMERS: usize = 4;
-
-/// xorshift64*: enough randomness for interleavings, no dependency.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// The independent record.
 struct Record {
@@ -80,8 +68,8 @@ impl Record {
         }
     }
 
-    fn rng(&self) -> Rng {
-        Rng(self.seed.fetch_add(0x9E37_79B9_7F4A_7C15, SeqCst) | 1)
+    fn rng(&self) -> SmallRng {
+        SmallRng::seed_from_u64(self.seed.fetch_add(0x9E37_79B9_7F4A_7C15, SeqCst))
     }
 
     fn added(&self, key: usize) {
@@ -114,10 +102,10 @@ impl Drop for Holding<'_> {
     }
 }
 
-async fn work(rec: Arc<Record>, item: WorkItem<usize>, rng: &mut Rng) {
+async fn work(rec: Arc<Record>, item: WorkItem<usize>, rng: &mut SmallRng) {
     let key = *item.key();
     rec.lease_started(key);
-    let choice = rng.below(100);
+    let choice = rng.random_range(0..100);
     if choice < 5 {
         // A worker that panics while holding the lease: the lease ends on
         // unwind, in the spawned task.
@@ -136,7 +124,7 @@ async fn work(rec: Arc<Record>, item: WorkItem<usize>, rng: &mut Rng) {
         return;
     }
     let h = Holding(&rec, key);
-    if rng.below(4) == 0 {
+    if rng.random_range(0..4) == 0 {
         tokio::task::yield_now().await;
     }
     let requeue = !rec.quiescing.load(SeqCst);
@@ -148,7 +136,7 @@ async fn work(rec: Arc<Record>, item: WorkItem<usize>, rng: &mut Rng) {
         }
         15..=19 if requeue => {
             rec.added(key);
-            item.requeue_after(Duration::from_millis(rng.below(3) + 1))
+            item.requeue_after(Duration::from_millis(rng.random_range(0..3) + 1))
                 .unwrap();
         }
         20..=22 if requeue => {
@@ -163,7 +151,7 @@ async fn consumer(q: WorkQueue<usize>, rec: Arc<Record>) {
     let mut rng = rec.rng();
     let mut stream = q.clone();
     loop {
-        let item = match rng.below(3) {
+        let item = match rng.random_range(0..3) {
             0 => match q.get().await {
                 Some(item) => item,
                 None => return,
@@ -173,7 +161,7 @@ async fn consumer(q: WorkQueue<usize>, rec: Arc<Record>) {
                 None => return,
             },
             _ => {
-                let tiny = Duration::from_micros(rng.below(200));
+                let tiny = Duration::from_micros(rng.random_range(0..200));
                 match tokio::time::timeout(tiny, q.get()).await {
                     Ok(Some(item)) => item,
                     Ok(None) => return,
@@ -191,16 +179,16 @@ async fn consumer(q: WorkQueue<usize>, rec: Arc<Record>) {
 async fn producer(q: WorkQueue<usize>, rec: Arc<Record>, stop: Arc<AtomicBool>) {
     let mut rng = rec.rng();
     while !stop.load(SeqCst) {
-        let key = rng.below(KEYS as u64) as usize;
-        let opts = AddOpts::default().priority(rng.below(3) as i32 - 1);
-        let opts = match rng.below(10) {
-            0 => opts.after(Duration::from_millis(rng.below(3) + 1)),
+        let key = rng.random_range(0..KEYS as u64) as usize;
+        let opts = AddOpts::default().priority(rng.random_range(-1..=1));
+        let opts = match rng.random_range(0..10) {
+            0 => opts.after(Duration::from_millis(rng.random_range(0..3) + 1)),
             1 => opts.rate_limited(),
             _ => opts,
         };
         rec.added(key);
         q.add_with(key, opts).unwrap();
-        if rng.below(8) == 0 {
+        if rng.random_range(0..8) == 0 {
             tokio::task::yield_now().await;
         }
     }
