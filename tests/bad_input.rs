@@ -74,6 +74,14 @@ fn invalid<T>(r: Result<T, InvalidLimiter>) -> String {
     }
 }
 
+/// "ready now" if exactly one key is ready, else how many are.
+fn ready_now(q: &WorkQueue<u32>) -> String {
+    match q.len() {
+        1 => "ready now".into(),
+        n => format!("len {n}"),
+    }
+}
+
 /// How long until the queue hands out a key, or "never" within `limit`.
 async fn hand_out_after(q: &WorkQueue<u32>, limit: Duration) -> String {
     let start = Instant::now();
@@ -81,6 +89,16 @@ async fn hand_out_after(q: &WorkQueue<u32>, limit: Duration) -> String {
         Ok(Some(item)) => format!("{} after {:?}", *item, start.elapsed()),
         Ok(None) => "None".into(),
         Err(_) => "never".into(),
+    }
+}
+
+/// "clamped to MAX_DELAY" if key 1 comes out exactly `MAX_DELAY` from now.
+async fn clamped(q: &WorkQueue<u32>) -> String {
+    let out = hand_out_after(q, Duration::MAX).await;
+    if out == format!("1 after {MAX_DELAY:?}") {
+        "clamped to MAX_DELAY".into()
+    } else {
+        out
     }
 }
 
@@ -96,11 +114,7 @@ fn rows() -> Vec<Row> {
                 async {
                     let q = q();
                     q.add_after(1, Duration::ZERO).unwrap();
-                    if q.len() == 1 {
-                        "ready now".into()
-                    } else {
-                        format!("len {}", q.len())
-                    }
+                    ready_now(&q)
                 }
                 .boxed()
             }),
@@ -126,12 +140,7 @@ fn rows() -> Vec<Row> {
                 async {
                     let q = q();
                     q.add_after(1, Duration::MAX).unwrap();
-                    let out = hand_out_after(&q, Duration::MAX).await;
-                    if out == format!("1 after {MAX_DELAY:?}") {
-                        "clamped to MAX_DELAY".into()
-                    } else {
-                        out
-                    }
+                    clamped(&q).await
                 }
                 .boxed()
             }),
@@ -144,12 +153,7 @@ fn rows() -> Vec<Row> {
                 async {
                     let q = q();
                     q.add_after(1, MAX_DELAY + Duration::from_nanos(1)).unwrap();
-                    let out = hand_out_after(&q, Duration::MAX).await;
-                    if out == format!("1 after {MAX_DELAY:?}") {
-                        "clamped to MAX_DELAY".into()
-                    } else {
-                        out
-                    }
+                    clamped(&q).await
                 }
                 .boxed()
             }),
@@ -203,12 +207,7 @@ fn rows() -> Vec<Row> {
                         .build();
                     q.add_with(1, AddOpts::default().after(Duration::MAX).rate_limited())
                         .unwrap();
-                    let out = hand_out_after(&q, Duration::MAX).await;
-                    if out == format!("1 after {MAX_DELAY:?}") {
-                        "clamped to MAX_DELAY".into()
-                    } else {
-                        out
-                    }
+                    clamped(&q).await
                 }
                 .boxed()
             }),
@@ -264,11 +263,7 @@ fn rows() -> Vec<Row> {
                         .unwrap()
                         .requeue_after(Duration::ZERO)
                         .unwrap();
-                    if q.len() == 1 {
-                        "ready now".into()
-                    } else {
-                        format!("len {}", q.len())
-                    }
+                    ready_now(&q)
                 }
                 .boxed()
             }),
@@ -282,12 +277,7 @@ fn rows() -> Vec<Row> {
                     let q = q();
                     q.add(1).unwrap();
                     q.get().await.unwrap().requeue_after(Duration::MAX).unwrap();
-                    let out = hand_out_after(&q, Duration::MAX).await;
-                    if out == format!("1 after {MAX_DELAY:?}") {
-                        "clamped to MAX_DELAY".into()
-                    } else {
-                        out
-                    }
+                    clamped(&q).await
                 }
                 .boxed()
             }),
