@@ -18,14 +18,6 @@ fn queue(n: usize) -> Partitioned<Key> {
         .unwrap()
 }
 
-fn starts_of(log: &Log<Key>, key: Key) -> Vec<Duration> {
-    log.runs()
-        .into_iter()
-        .filter(|r| r.key == key)
-        .map(|r| r.start)
-        .collect()
-}
-
 #[tokio::test(start_paused = true)]
 async fn a_key_added_many_times_before_it_runs_is_processed_once() {
     let q = queue(2);
@@ -55,7 +47,7 @@ async fn a_key_added_while_it_runs_comes_back_once_after_its_run() {
     assert_eq!(q.depths(), [0, 0], "leased: remembered, not ready");
     tokio::time::sleep(secs(3)).await;
     handle.shutdown_with_drain().await.unwrap();
-    assert_eq!(starts_of(&log, (0, "a")), [secs(0), secs(1)]);
+    assert_eq!(log.starts_of((0, "a")), [secs(0), secs(1)]);
     assert_eq!(log.max_active_per_partition(), 1);
 }
 
@@ -73,8 +65,8 @@ async fn delayed_adds_wait_in_their_partition() {
     tokio::time::sleep(secs(8)).await;
     handle.shutdown_with_drain().await.unwrap();
     assert_eq!(log.order(0), [(0, "now"), (0, "zero"), (0, "late")]);
-    assert_eq!(starts_of(&log, (0, "late")), [secs(5)]);
-    assert_eq!(starts_of(&log, (1, "later")), [secs(7)]);
+    assert_eq!(log.starts_of((0, "late")), [secs(5)]);
+    assert_eq!(log.starts_of((1, "later")), [secs(7)]);
 }
 
 #[tokio::test(start_paused = true)]
@@ -92,7 +84,7 @@ async fn priorities_and_lanes_order_the_keys_of_a_partition() {
         .unwrap();
     assert_eq!(log.order(0), [(0, "urgent"), (0, "fresh"), (0, "bulk")]);
     // A slow lane in one partition does not wait for another's fast lane.
-    assert_eq!(starts_of(&log, (1, "other")), [secs(0)]);
+    assert_eq!(log.starts_of((1, "other")), [secs(0)]);
 }
 
 #[tokio::test(start_paused = true)]
@@ -117,7 +109,7 @@ async fn rate_limited_adds_and_requeues_back_off_per_key() {
     });
     tokio::time::sleep(secs(10)).await;
     // 1 s for the add, then 2 s and 4 s for the two requeues.
-    assert_eq!(starts_of(&log, (0, "r")), [secs(1), secs(3), secs(7)]);
+    assert_eq!(log.starts_of((0, "r")), [secs(1), secs(3), secs(7)]);
     assert_eq!(q.num_requeues(&(0, "r")), 0, "forgotten after success");
 
     q.add_rate_limited((1, "s")).unwrap();

@@ -76,14 +76,6 @@ fn run(
     })
 }
 
-fn starts_of(log: &Log<Key>, key: Key) -> Vec<Duration> {
-    log.runs()
-        .into_iter()
-        .filter(|r| r.key == key)
-        .map(|r| r.start)
-        .collect()
-}
-
 #[tokio::test(start_paused = true)]
 async fn a_panicking_worker_does_not_stop_other_partitions_and_its_key_is_retried() {
     let (q, reports) = queue(2, |k| k.0);
@@ -105,12 +97,12 @@ async fn a_panicking_worker_does_not_stop_other_partitions_and_its_key_is_retrie
 
     let ms = Duration::from_millis;
     // The other partition never noticed.
-    assert_eq!(starts_of(&log, (1, "x")), [secs(0)]);
+    assert_eq!(log.starts_of((1, "x")), [secs(0)]);
     assert_eq!(log.last_end(1), Some(secs(2)));
     // The panicking partition's task went on with its next key ...
-    assert_eq!(starts_of(&log, (0, "after-boom")), [ms(500)]);
+    assert_eq!(log.starts_of((0, "after-boom")), [ms(500)]);
     // ... and the key came back after the rate limiter's delay (1 s).
-    assert_eq!(starts_of(&log, (0, "boom")), [ms(0), ms(1500)]);
+    assert_eq!(log.starts_of((0, "boom")), [ms(0), ms(1500)]);
     assert_eq!(
         log.order(0),
         [(0, "boom"), (0, "after-boom"), (0, "boom")],
@@ -168,13 +160,13 @@ async fn a_key_that_always_panics_backs_off_and_does_not_block_its_partition() {
 
     // Retried after 1 s, 2 s, 4 s of backoff, not in a tight loop.
     assert_eq!(
-        starts_of(&log, (0, "bad")),
+        log.starts_of((0, "bad")),
         [secs(0), secs(1), secs(3), secs(7)]
     );
     assert_eq!(q.num_requeues(&(0, "bad")), 4);
     assert_eq!(q.reconcile_panics(), 4);
     // A key added meanwhile ran in the gap.
-    assert_eq!(starts_of(&log, (0, "good")), [Duration::from_millis(1500)]);
+    assert_eq!(log.starts_of((0, "good")), [Duration::from_millis(1500)]);
     handle.shutdown();
     handle.await.unwrap();
 }
@@ -250,7 +242,7 @@ async fn an_out_of_range_partition_is_reduced_modulo_n() {
     let runs = log.runs();
     assert_eq!(runs[0].task, runs[1].task, "one partition, one task");
     assert_eq!(
-        starts_of(&log, (1, "far")),
+        log.starts_of((1, "far")),
         [secs(1)],
         "after the key before it"
     );

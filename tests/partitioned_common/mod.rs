@@ -97,6 +97,15 @@ impl<K: Clone + Eq + Hash> Log<K> {
         self.inner.lock().unwrap().runs.clone()
     }
 
+    /// When each run of `key` started, in order.
+    pub fn starts_of(&self, key: K) -> Vec<Duration> {
+        self.runs()
+            .into_iter()
+            .filter(|r| r.key == key)
+            .map(|r| r.start)
+            .collect()
+    }
+
     /// Keys of `partition` in the order they started.
     pub fn order(&self, partition: usize) -> Vec<K> {
         self.runs()
