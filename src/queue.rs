@@ -316,7 +316,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Shared<K> {
         if st.is_shutdown() {
             return Err(AddError::ShuttingDown);
         }
-        let timer_alive = st.timer_task.as_ref().is_some_and(|t| !t.is_finished());
+        let timer_alive = st.timer_running();
         drop(st);
         if timer_alive || tokio::runtime::Handle::try_current().is_ok() {
             Ok(())

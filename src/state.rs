@@ -376,6 +376,11 @@ impl<K: Eq + Hash> State<K> {
 }
 
 impl<K> State<K> {
+    /// Whether a timer task is running for this queue.
+    pub(crate) fn timer_running(&self) -> bool {
+        self.timer_task.as_ref().is_some_and(|t| !t.is_finished())
+    }
+
     /// Where the index keeps its groups now.
     pub(crate) fn layout(&self) -> IndexLayout {
         self.layout

@@ -23,7 +23,7 @@ pub(crate) fn ensure_running<K: Clone + Eq + Hash + Send + Sync + 'static>(
     shared: &Arc<Shared<K>>,
     st: &mut State<K>,
 ) -> Result<(), AddError> {
-    if st.timer_task.as_ref().is_some_and(|t| !t.is_finished()) {
+    if st.timer_running() {
         return Ok(());
     }
     let handle = tokio::runtime::Handle::try_current().map_err(|_| AddError::NoRuntime)?;
