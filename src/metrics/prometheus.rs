@@ -133,7 +133,9 @@
 //! 170 ns is the queue keeping times (the same with an empty hook: three clock
 //! reads, which cost about 55 ns each on that machine and about 20 ns where
 //! the clock is read without a system call) and about 50 ns is this hook's
-//! counter and two histogram observations.
+//! counter and two histogram observations (measured when the histograms
+//! still took a mutex; making them lock-free changed W1 by less than its
+//! run-to-run noise).
 //!
 //! A scrape locks each queue once, briefly, and walks its leases in flight.
 
