@@ -26,12 +26,19 @@
 //! linked by age, so the longest lease and the oldest ready key are both
 //! found in O(1).
 //!
-//! A delayed add does not touch the timer wheel: it records the deadline in
-//! `deferred` (the node is `Deferred`), and the timer task, which runs beside
-//! the adding task, moves such records into the wheel when it next runs (the
-//! node becomes `Waiting`). The wheel insert is the costly part of a delayed
-//! add, so a producer of delayed keys pays little more than for an immediate
-//! add.
+//! The timer wheel is not here: it belongs to the timer task
+//! ([`crate::timer`]), which works on it outside the lock. A delayed add
+//! stamps its node `Waiting` with a [`TimerEntry`] (an order number and the
+//! deadline) and appends the entry to `deferred`; the timer task takes the
+//! whole list under the lock in one swap, and puts the entries in its wheel
+//! after releasing it. When entries expire it hands them back, and an entry
+//! makes its key ready only if the key still waits on that very entry.
+//! Cancelling a delay (an immediate add, an earlier deadline) therefore
+//! touches no wheel: the old entry goes stale and is ignored when it fires.
+//! Stale entries are counted, and when they outnumber the live ones by more
+//! than the slab's size, every live delay is sent again to a fresh wheel, so
+//! a key whose delays keep being cancelled cannot make the wheel grow without
+//! bound.
 //!
 //! Nothing here blocks, sleeps or wakes tasks: the caller does that after the
 //! lock is released, guided by the [`Effects`] each call returns.
@@ -45,8 +52,6 @@ use hashbrown::hash_table::Entry;
 
 use crate::prefetch::IndexLayout;
 use tokio::time::Instant;
-use tokio_util::time::DelayQueue;
-use tokio_util::time::delay_queue::Key as TimerKey;
 
 /// "No slot": the end of a list.
 pub(crate) const NIL: u32 = u32::MAX;
@@ -61,9 +66,9 @@ pub const MAX_DELAY: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 /// allocate; past this many, empty ones are pruned.
 const MAX_IDLE_LEVELS: usize = 16;
 
-/// How stale the timer wheel may get before an insert into an empty
-/// `DelayQueue` starts a fresh one (see [`State::insert_timer`]).
-const WHEEL_REFRESH: Duration = Duration::from_secs(30 * 24 * 60 * 60);
+/// Stale wheel entries (cancelled delays) tolerated beyond the slab's size
+/// before the live delays are sent to a fresh wheel.
+const STALE_SLACK: usize = 1024;
 
 #[derive(Debug, Clone, Copy)]
 enum Place {
@@ -74,34 +79,38 @@ enum Place {
         prev: u32,
         next: u32,
     },
+    /// Waiting on the wheel entry with this order number and deadline (the
+    /// fields of a [`TimerEntry`], inline so that the node stays 48 bytes).
     Waiting {
-        timer: TimerKey,
-    },
-    /// Waiting, its timer not yet in the wheel: `at` indexes
-    /// [`State::deferred`].
-    Deferred {
-        at: u32,
+        seq: u32,
+        at: u64,
     },
     Leased,
     LeasedDirty,
     LeasedWaiting {
-        timer: TimerKey,
-    },
-    LeasedDeferred {
-        at: u32,
+        seq: u32,
+        at: u64,
     },
 }
 
-/// A delay the timer task has yet to put in the wheel. The wheel insert is
-/// the costly part of a delayed add, so the adding task only records it and
-/// the timer task, which runs beside it, does the insert.
-#[derive(Debug, Clone, Copy)]
-struct DeferredTimer {
-    /// NIL once cancelled (the key became ready or was dropped).
-    slot: u32,
-    /// The order the delay was set in, for keys due in the same millisecond.
-    seq: u64,
-    deadline: Instant,
+/// One delay, as the timer task keeps it in its wheel.
+///
+/// `seq` numbers delays in the order they were set (wrapping), so keys due in
+/// the same millisecond come out in that order; `at` is the deadline in
+/// nanoseconds from the state's epoch. A node waits on exactly one entry;
+/// any other entry for its slot is stale.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TimerEntry {
+    pub(crate) slot: u32,
+    pub(crate) seq: u32,
+    pub(crate) at: u64,
+}
+
+impl TimerEntry {
+    /// The deadline, given the epoch of the state that made the entry.
+    pub(crate) fn deadline(&self, epoch: Instant) -> Instant {
+        epoch + Duration::from_nanos(self.at)
+    }
 }
 
 #[derive(Debug)]
@@ -229,14 +238,16 @@ pub(crate) struct State<K> {
     leased: usize,
     dirty: usize,
     waiting: usize,
-    /// Each entry is a slot and the order its delay was set in, so keys
-    /// due in the same millisecond come out in the order they were added.
-    timers: DelayQueue<(u32, u64)>,
-    /// Delays set since the timer task last ran, for it to put in `timers`.
-    deferred: Vec<DeferredTimer>,
-    timer_seq: u64,
-    /// When the timer task last polled the wheel.
-    timers_polled_at: Option<Instant>,
+    /// Delay deadlines are kept as nanoseconds from this instant.
+    epoch: Instant,
+    /// Delays set since the timer task last took them, for its wheel.
+    deferred: Vec<TimerEntry>,
+    timer_seq: u32,
+    /// Entries sent to the timer task and not yet handed back: live ones
+    /// (`waiting`) and stale ones.
+    wheel_entries: usize,
+    /// `deferred` holds every live delay: the task must drop its wheel first.
+    fresh_wheel: bool,
     timer_waker: Option<Waker>,
     times: Option<Times>,
     /// Serve keys older than this first, oldest first.
@@ -244,7 +255,7 @@ pub(crate) struct State<K> {
     shutdown: bool,
     /// Consumers parked in `get`.
     pub(crate) parked: usize,
-    /// The task that drives `timers`, once a delayed add started it.
+    /// The timer task, once a delayed add started it.
     pub(crate) timer_task: Option<tokio::task::AbortHandle>,
 }
 
@@ -366,8 +377,7 @@ impl<K: Eq + Hash> State<K> {
                 fx.added = 1;
             }
             When::At(deadline) => {
-                let at = self.defer(slot, deadline, &mut fx);
-                self.nodes[slot as usize].place = Place::Deferred { at };
+                self.wait(slot, deadline, None, false, &mut fx);
                 self.waiting += 1;
             }
         }
@@ -400,10 +410,11 @@ impl<K> State<K> {
             leased: 0,
             dirty: 0,
             waiting: 0,
-            timers: DelayQueue::new(),
+            epoch: Instant::now(),
             deferred: Vec::new(),
             timer_seq: 0,
-            timers_polled_at: None,
+            wheel_entries: 0,
+            fresh_wheel: false,
             timer_waker: None,
             times: (track_times || promote_after.is_some()).then(|| Times {
                 epoch: Instant::now(),
@@ -603,30 +614,20 @@ impl<K> State<K> {
                     self.link_ready(slot, priority);
                 }
             }
-            (Place::Waiting { timer }, When::Now) => {
-                self.timers.try_remove(&timer);
+            // The old wheel entry goes stale in each of the cancelling arms.
+            (Place::Waiting { .. }, When::Now) => {
                 self.waiting -= 1;
                 self.make_ready(slot, merged, now);
                 fx.wake += 1;
                 fx.added += 1;
             }
-            (Place::Waiting { timer } | Place::LeasedWaiting { timer }, When::At(deadline)) => {
+            (Place::Waiting { seq, at } | Place::LeasedWaiting { seq, at }, When::At(deadline)) => {
                 self.nodes[slot as usize].priority = merged;
-                if deadline < self.timers.deadline(&timer) {
-                    self.timers.reset_at(&timer, deadline);
+                if self.nanos(deadline) < at {
+                    // Keeps its order among keys due in the same millisecond.
+                    let leased = matches!(place, Place::LeasedWaiting { .. });
+                    self.wait(slot, deadline, Some(seq), leased, fx);
                 }
-            }
-            (Place::Deferred { at }, When::Now) => {
-                self.deferred[at as usize].slot = NIL;
-                self.waiting -= 1;
-                self.make_ready(slot, merged, now);
-                fx.wake += 1;
-                fx.added += 1;
-            }
-            (Place::Deferred { at } | Place::LeasedDeferred { at }, When::At(deadline)) => {
-                self.nodes[slot as usize].priority = merged;
-                let pending = &mut self.deferred[at as usize];
-                pending.deadline = pending.deadline.min(deadline);
             }
             (Place::Leased, When::Now) => {
                 self.set(slot, Place::LeasedDirty, priority);
@@ -634,20 +635,12 @@ impl<K> State<K> {
                 fx.added += 1;
             }
             (Place::Leased, When::At(deadline)) => {
-                let at = self.defer(slot, deadline, fx);
-                self.set(slot, Place::LeasedDeferred { at }, priority);
+                self.nodes[slot as usize].priority = priority;
+                self.wait(slot, deadline, None, true, fx);
                 self.waiting += 1;
             }
             (Place::LeasedDirty, _) => self.nodes[slot as usize].priority = merged,
-            (Place::LeasedWaiting { timer }, When::Now) => {
-                self.timers.try_remove(&timer);
-                self.set(slot, Place::LeasedDirty, merged);
-                self.waiting -= 1;
-                self.dirty += 1;
-                fx.added += 1;
-            }
-            (Place::LeasedDeferred { at }, When::Now) => {
-                self.deferred[at as usize].slot = NIL;
+            (Place::LeasedWaiting { .. }, When::Now) => {
                 self.set(slot, Place::LeasedDirty, merged);
                 self.waiting -= 1;
                 self.dirty += 1;
@@ -656,39 +649,106 @@ impl<K> State<K> {
         }
     }
 
-    /// Records a delay for the timer task to put in the wheel, and wakes the
-    /// task when it is the first since it last ran.
-    fn defer(&mut self, slot: u32, deadline: Instant, fx: &mut Effects) -> u32 {
+    /// `t` as nanoseconds from the epoch. Saturates at zero for an instant
+    /// before it (a queue moved from a paused clock that ran ahead to a
+    /// real one), which can only make such a delay end later, never early.
+    fn nanos(&self, t: Instant) -> u64 {
+        u64::try_from(t.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// The instant a [`TimerEntry`]'s deadline counts from.
+    pub(crate) fn epoch(&self) -> Instant {
+        self.epoch
+    }
+
+    /// Makes `slot` wait until `deadline` on a new wheel entry, which the
+    /// timer task is woken for if it is the first since the task last ran.
+    /// The entry takes the next order number unless given one (a key moved
+    /// to an earlier deadline keeps its own). Any entry the node waited on
+    /// before goes stale: the deadline differs.
+    fn wait(
+        &mut self,
+        slot: u32,
+        deadline: Instant,
+        seq: Option<u32>,
+        leased: bool,
+        fx: &mut Effects,
+    ) {
         if self.deferred.is_empty()
             && let Some(w) = &self.timer_waker
         {
             fx.timer_waker = Some(WakeTimer(WakerEq(w.clone())));
         }
-        self.timer_seq += 1;
-        let at = u32::try_from(self.deferred.len()).expect("fewer delays than slots");
-        self.deferred.push(DeferredTimer {
-            slot,
-            seq: self.timer_seq,
-            deadline,
+        let seq = seq.unwrap_or_else(|| {
+            self.timer_seq = self.timer_seq.wrapping_add(1);
+            self.timer_seq
         });
-        at
+        let at = self.nanos(deadline);
+        self.nodes[slot as usize].place = if leased {
+            Place::LeasedWaiting { seq, at }
+        } else {
+            Place::Waiting { seq, at }
+        };
+        self.deferred.push(TimerEntry { slot, seq, at });
+        self.wheel_entries += 1;
+        let stale = self.wheel_entries.saturating_sub(self.waiting);
+        if stale > self.nodes.len().max(STALE_SLACK) {
+            self.resend_timers(fx);
+        }
     }
 
-    /// Puts the deferred delays in the wheel (in the timer task).
-    fn insert_deferred(&mut self) {
-        for d in std::mem::take(&mut self.deferred) {
-            if d.slot == NIL {
-                continue;
+    /// Replaces everything sent to the timer task with one entry per live
+    /// delay, and tells the task to drop its wheel before taking them: the
+    /// cure for stale entries, and the way a new task (after the runtime
+    /// that ran the last one has gone) learns the delays.
+    pub(crate) fn resend_timers(&mut self, fx: &mut Effects) {
+        self.deferred.clear();
+        for (slot, node) in self.nodes.iter().enumerate() {
+            if let Place::Waiting { seq, at } | Place::LeasedWaiting { seq, at } = node.place {
+                let slot = slot as u32;
+                self.deferred.push(TimerEntry { slot, seq, at });
             }
-            // A stale wheel replaced here is polled right after, by this task.
-            let (timer, _) = self.insert_timer(d.slot, d.seq, d.deadline);
-            let node = &mut self.nodes[d.slot as usize];
-            node.place = match node.place {
-                Place::Deferred { .. } => Place::Waiting { timer },
-                Place::LeasedDeferred { .. } => Place::LeasedWaiting { timer },
-                _ => unreachable!("a deferred delay for a key that is not waiting"),
-            };
         }
+        self.wheel_entries = self.deferred.len();
+        self.fresh_wheel = true;
+        if let Some(w) = &self.timer_waker {
+            fx.timer_waker = Some(WakeTimer(WakerEq(w.clone())));
+        }
+    }
+
+    /// Forgets the waker of a timer task that has gone, so no add wakes it.
+    pub(crate) fn forget_timer_task(&mut self) {
+        self.timer_waker = None;
+    }
+
+    /// One round of the timer task under the lock: fires the `expired`
+    /// entries (in the order given), registers `waker` for new delays, and
+    /// swaps the delays set since the last round into `incoming` (which must
+    /// be empty). Returns whether the task must drop its wheel before
+    /// inserting them.
+    pub(crate) fn timer_round(
+        &mut self,
+        waker: &Waker,
+        expired: &mut Vec<TimerEntry>,
+        incoming: &mut Vec<TimerEntry>,
+        now: Instant,
+    ) -> (Effects, bool) {
+        let mut fx = Effects::default();
+        if !self
+            .timer_waker
+            .as_ref()
+            .is_some_and(|w| w.will_wake(waker))
+        {
+            self.timer_waker = Some(waker.clone());
+        }
+        let stamp = self.times.is_some().then_some(now);
+        for e in expired.drain(..) {
+            self.wheel_entries = self.wheel_entries.saturating_sub(1);
+            self.fire(e, stamp, &mut fx);
+        }
+        debug_assert!(incoming.is_empty());
+        std::mem::swap(incoming, &mut self.deferred);
+        (fx, std::mem::take(&mut self.fresh_wheel))
     }
 
     fn set(&mut self, slot: u32, place: Place, priority: i32) {
@@ -697,100 +757,27 @@ impl<K> State<K> {
         node.priority = priority;
     }
 
-    fn insert_timer(
-        &mut self,
-        slot: u32,
-        seq: u64,
-        deadline: Instant,
-    ) -> (TimerKey, Option<WakeTimer>) {
-        // The wheel measures deadlines from its last poll and panics on one
-        // more than about two years past it. A wheel with entries is polled at
-        // least once a MAX_DELAY; an empty one may sit idle for ever, so a
-        // stale empty wheel is replaced, and its task told to poll the new one.
-        let mut wake = None;
-        if self.timers.is_empty()
-            && self
-                .timers_polled_at
-                .is_some_and(|at| deadline.saturating_duration_since(at) > WHEEL_REFRESH)
-        {
-            self.timers = DelayQueue::new();
-            self.timers_polled_at = None;
-            wake = self.timer_waker.take().map(|w| WakeTimer(WakerEq(w)));
-        }
-        (self.timers.insert_at((slot, seq), deadline), wake)
-    }
-
-    /// Moves every pending timer to a fresh wheel. The old wheel's sleep may
-    /// belong to a runtime that has shut down, and polling it would panic.
-    pub(crate) fn rebuild_timers(&mut self) {
-        let mut old = std::mem::take(&mut self.timers);
-        self.timers_polled_at = None;
-        self.timer_waker = None;
-        for slot in 0..self.nodes.len() {
-            let place = self.nodes[slot].place;
-            if let Place::Waiting { timer } | Place::LeasedWaiting { timer } = place {
-                let expired = old.remove(&timer);
-                let deadline = expired.deadline();
-                let timer = self.timers.insert_at(expired.into_inner(), deadline);
-                self.nodes[slot].place = match place {
-                    Place::Waiting { .. } => Place::Waiting { timer },
-                    _ => Place::LeasedWaiting { timer },
-                };
-            }
-        }
-    }
-
-    /// Drives the timer wheel: makes every expired key ready, and registers
-    /// `cx` for the next deadline.
-    pub(crate) fn poll_timers(&mut self, cx: &mut std::task::Context<'_>, now: Instant) -> Effects {
-        use std::task::Poll;
-        let mut fx = Effects::default();
-        self.timers_polled_at = Some(now);
-        if !self
-            .timer_waker
-            .as_ref()
-            .is_some_and(|w| w.will_wake(cx.waker()))
-        {
-            self.timer_waker = Some(cx.waker().clone());
-        }
-        self.insert_deferred();
-        let stamp = self.times.is_some().then_some(now);
-        // The wheel hands out keys due in the same millisecond last-in first,
-        // so every key due now is collected and fired in (deadline, order
-        // added) order. A batch is not cut short: cutting it inside a
-        // millisecond would break that order, and the lock is held for about
-        // as long as the keys take to move (tens of nanoseconds each).
-        let mut batch: Vec<(Instant, u64, u32)> = Vec::new();
-        while let Poll::Ready(Some(expired)) = self.timers.poll_expired(cx) {
-            let deadline = expired.deadline();
-            let (slot, seq) = expired.into_inner();
-            batch.push((deadline, seq, slot));
-        }
-        batch.sort_unstable();
-        for (_, _, slot) in batch {
-            self.fire(slot, stamp, &mut fx);
-        }
-        fx
-    }
-
-    fn fire(&mut self, slot: u32, now: Option<Instant>, fx: &mut Effects) {
+    /// An expired wheel entry: makes its key ready (or dirty, if leased)
+    /// if the key still waits on it; a stale entry does nothing.
+    fn fire(&mut self, e: TimerEntry, now: Option<Instant>, fx: &mut Effects) {
         let Node {
             place, priority, ..
-        } = self.nodes[slot as usize];
+        } = self.nodes[e.slot as usize];
+        let slot = e.slot;
         match place {
-            Place::Waiting { .. } => {
+            Place::Waiting { seq, at } if (seq, at) == (e.seq, e.at) => {
                 self.waiting -= 1;
                 self.make_ready(slot, priority, now);
                 fx.wake += 1;
                 fx.added += 1;
             }
-            Place::LeasedWaiting { .. } => {
+            Place::LeasedWaiting { seq, at } if (seq, at) == (e.seq, e.at) => {
                 self.set(slot, Place::LeasedDirty, priority);
                 self.waiting -= 1;
                 self.dirty += 1;
                 fx.added += 1;
             }
-            _ => unreachable!("a timer fired for a key that was not waiting"),
+            _ => {}
         }
     }
 
@@ -875,8 +862,9 @@ impl<K> State<K> {
                 self.make_ready(slot, priority, now);
                 fx.wake += 1;
             }
-            Place::LeasedWaiting { timer } => self.set(slot, Place::Waiting { timer }, priority),
-            Place::LeasedDeferred { at } => self.set(slot, Place::Deferred { at }, priority),
+            Place::LeasedWaiting { seq, at } => {
+                self.set(slot, Place::Waiting { seq, at }, priority)
+            }
             _ => unreachable!("finishing a lease that is not leased"),
         }
         fx.wake_all |= self.is_drained();
@@ -893,24 +881,20 @@ impl<K> State<K> {
         let mut waiting = Vec::with_capacity(self.waiting);
         for (i, n) in self.nodes.iter().enumerate() {
             match n.place {
-                Place::Waiting { .. }
-                | Place::LeasedWaiting { .. }
-                | Place::Deferred { .. }
-                | Place::LeasedDeferred { .. } => waiting.push(i as u32),
+                Place::Waiting { .. } | Place::LeasedWaiting { .. } => waiting.push(i as u32),
                 _ => {}
             }
         }
         for slot in waiting {
             match self.nodes[slot as usize].place {
-                Place::Waiting { .. } | Place::Deferred { .. } => drop(self.free(slot)),
+                Place::Waiting { .. } => drop(self.free(slot)),
                 _ => self.nodes[slot as usize].place = Place::Leased,
             }
         }
         self.waiting = 0;
-        // Dropping the wheel releases every timer at once.
+        // The timer task ends when it sees the shutdown, dropping its wheel.
         self.deferred = Vec::new();
-        self.timers = DelayQueue::new();
-        self.timers_polled_at = None;
+        self.wheel_entries = 0;
         if let Some(w) = self.timer_waker.take() {
             fx.timer_waker = Some(WakeTimer(WakerEq(w)));
         }
@@ -1078,39 +1062,125 @@ mod tests {
         assert!(fx.wake_all && st.is_drained());
     }
 
+    fn add_at(st: &mut State<String>, k: &str, at: Instant) -> Effects {
+        st.add(k.to_string(), h(k), 0, When::At(at), None).unwrap()
+    }
+
+    /// Plays the timer task: takes the entries sent, as it would.
+    fn take_sent(st: &mut State<String>) -> (Vec<TimerEntry>, bool) {
+        let mut incoming = Vec::new();
+        let (_, fresh) = st.timer_round(
+            std::task::Waker::noop(),
+            &mut Vec::new(),
+            &mut incoming,
+            Instant::now(),
+        );
+        (incoming, fresh)
+    }
+
+    fn fire(st: &mut State<String>, entries: &[TimerEntry]) -> Effects {
+        let mut expired = entries.to_vec();
+        let (fx, _) = st.timer_round(
+            std::task::Waker::noop(),
+            &mut expired,
+            &mut Vec::new(),
+            Instant::now(),
+        );
+        fx
+    }
+
     #[test]
-    fn deferred_delays_merge_and_cancel() {
+    fn delays_merge_and_cancel_without_the_wheel() {
         let mut st = State::new(false, None);
         let now = Instant::now();
-        let at = |secs| When::At(now + Duration::from_secs(secs));
-        let fx = st.add("a".into(), h("a"), 0, at(10), None).unwrap();
-        assert_eq!(fx.added, 0, "a delayed key is added when due");
+        let secs = |s| now + Duration::from_secs(s);
+        assert_eq!(add_at(&mut st, "a", secs(10)).added, 0, "added when due");
         assert_eq!(st.counts().waiting, 1);
-        // The earlier ready time wins; no second record.
-        let _ = st.add("a".into(), h("a"), 0, at(5), None).unwrap();
-        let _ = st.add("a".into(), h("a"), 0, at(20), None).unwrap();
-        assert_eq!(st.deferred.len(), 1);
-        assert_eq!(st.deferred[0].deadline, now + Duration::from_secs(5));
-        // An immediate add makes it ready and cancels the record.
+        // The earlier ready time wins with a new entry; a later one is
+        // ignored.
+        let _ = add_at(&mut st, "a", secs(5));
+        let _ = add_at(&mut st, "a", secs(20));
+        let (sent, fresh) = take_sent(&mut st);
+        assert!(!fresh);
+        assert_eq!(sent.len(), 2);
+        assert_eq!(sent[1].deadline(st.epoch()), secs(5));
+        // The superseded entry is stale: firing it does nothing.
+        assert_eq!(fire(&mut st, &sent[..1]), Effects::default());
+        assert_eq!(st.counts().waiting, 1);
+        // An immediate add makes it ready; its live entry is then stale too.
         assert_eq!(add(&mut st, "a", 0).added, 1);
-        assert_eq!(st.deferred[0].slot, NIL);
         assert_eq!(st.counts().waiting, 0);
+        assert_eq!(fire(&mut st, &sent[1..]), Effects::default());
         let (slot, k, _) = pop(&mut st).unwrap();
         assert_eq!(k, "a");
         // Delayed while leased: waits once the lease ends; shutdown drops it.
-        let _ = st.add("a".into(), h("a"), 0, at(5), None).unwrap();
+        let _ = add_at(&mut st, "a", secs(5));
         assert!(matches!(
             st.nodes[slot as usize].place,
-            Place::LeasedDeferred { .. }
+            Place::LeasedWaiting { .. }
         ));
         let _ = st.finish(slot, None, None);
         assert!(matches!(
             st.nodes[slot as usize].place,
-            Place::Deferred { .. }
+            Place::Waiting { .. }
         ));
         let _ = st.shutdown();
         assert!(st.deferred.is_empty());
         assert_eq!(st.index.len(), 0);
+    }
+
+    #[test]
+    fn a_live_entry_fires_its_key_once() {
+        let mut st = State::new(false, None);
+        let at = Instant::now() + Duration::from_millis(1);
+        let _ = add_at(&mut st, "a", at);
+        let (sent, _) = take_sent(&mut st);
+        let fx = fire(&mut st, &sent);
+        assert_eq!((fx.wake, fx.added), (1, 1));
+        assert_eq!(st.ready_len(), 1);
+        // The same entry again (it cannot happen, but must be harmless).
+        assert_eq!(fire(&mut st, &sent), Effects::default());
+        // A slot reused by another key with a delay ignores the old entry.
+        let (slot, _, _) = pop(&mut st).unwrap();
+        let _ = st.finish(slot, None, None);
+        let _ = add_at(&mut st, "b", at);
+        assert_eq!(fire(&mut st, &sent), Effects::default());
+        assert_eq!(st.counts().waiting, 1);
+    }
+
+    #[test]
+    fn stale_entries_are_bounded_by_a_fresh_wheel() {
+        let mut st = State::new(false, None);
+        let later = Instant::now() + Duration::from_secs(3600);
+        let _ = add_at(&mut st, "keeps waiting", later);
+        // One key whose delay is cancelled over and over, the entries never
+        // firing: each cycle leaves one stale entry behind.
+        let mut sent = 0;
+        let mut fresh_rounds = 0;
+        for _ in 0..10 * STALE_SLACK {
+            let _ = add_at(&mut st, "flaps", later);
+            let _ = add(&mut st, "flaps", 0);
+            let (slot, _, _) = pop(&mut st).unwrap();
+            let _ = st.finish(slot, None, None);
+            let (entries, fresh) = take_sent(&mut st);
+            if fresh {
+                fresh_rounds += 1;
+                sent = 0;
+            }
+            sent += entries.len();
+            assert!(sent <= STALE_SLACK + 2, "{sent} entries in the wheel");
+        }
+        assert!(fresh_rounds >= 9, "{fresh_rounds}");
+        // The fresh wheel holds exactly the live delay, with its deadline.
+        let _ = add_at(&mut st, "flaps", later);
+        let _ = add(&mut st, "flaps", 0);
+        let mut fx = Effects::default();
+        st.resend_timers(&mut fx);
+        let (entries, fresh) = take_sent(&mut st);
+        assert!(fresh);
+        assert_eq!(entries.len(), 1);
+        assert_eq!(entries[0].deadline(st.epoch()), later);
+        assert_eq!(fire(&mut st, &entries).added, 1);
     }
 
     #[test]

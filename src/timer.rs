@@ -1,24 +1,41 @@
-//! The timer task: moves delayed keys to the ready set when they are due.
+//! The timer task: keeps the queue's timer wheel and moves delayed keys to
+//! the ready set when they are due.
 //!
-//! One task per queue, spawned by the first delayed add, drives the queue's
-//! `DelayQueue` under the queue's lock. It holds the queue weakly and is
-//! aborted when the queue is dropped, so it never outlives it; it also ends
-//! at shutdown, which drops every timer. An idle wheel costs nothing: the task
-//! sleeps until the earliest deadline, and an earlier insert wakes it.
+//! One task per queue, spawned by the first delayed add, owns a
+//! `DelayQueue` and works on it without the queue's lock: a delayed add only
+//! appends a [`TimerEntry`] to a list under the lock, and the task takes that
+//! whole list in one swap, inserts the entries after releasing the lock, and
+//! takes the lock again only to make expired keys ready. So a producer of
+//! delayed keys never waits on a wheel insert, and the wheel's work runs on
+//! whichever thread the task is on.
+//!
+//! The task holds the queue weakly and is aborted when the queue is dropped,
+//! so it never outlives it; it also ends at shutdown, dropping every timer.
+//! An idle wheel costs nothing: the task sleeps until the earliest deadline,
+//! and the first new delay since its last round wakes it.
 
 use std::future::poll_fn;
 use std::hash::Hash;
 use std::sync::{Arc, Weak};
 use std::task::Poll;
+use std::time::Duration;
 
 use tokio::time::Instant;
+use tokio_util::time::DelayQueue;
 
 use crate::error::AddError;
 use crate::queue::Shared;
-use crate::state::State;
+use crate::state::{Effects, State, TimerEntry};
+
+/// How long an empty wheel may sit unpolled before an insert starts a fresh
+/// one: `DelayQueue` measures deadlines from its last poll and panics on one
+/// about two years past it. A wheel with entries is polled at least once a
+/// [`MAX_DELAY`](crate::MAX_DELAY), since its earliest entry fires by then.
+const WHEEL_REFRESH: Duration = Duration::from_secs(30 * 24 * 60 * 60);
 
 /// Starts the timer task if there is none, or if the runtime that ran the
-/// last one has gone (its keys then move to a fresh wheel).
+/// last one has gone (its wheel went with it, so every pending delay is sent
+/// to the new task).
 pub(crate) fn ensure_running<K: Clone + Eq + Hash + Send + Sync + 'static>(
     shared: &Arc<Shared<K>>,
     st: &mut State<K>,
@@ -28,7 +45,10 @@ pub(crate) fn ensure_running<K: Clone + Eq + Hash + Send + Sync + 'static>(
     }
     let handle = tokio::runtime::Handle::try_current().map_err(|_| AddError::NoRuntime)?;
     if st.timer_task.is_some() {
-        st.rebuild_timers();
+        st.forget_timer_task();
+        let mut fx = Effects::default();
+        st.resend_timers(&mut fx);
+        debug_assert!(fx == Effects::default(), "no task to wake");
     }
     // Unconstrained: tokio's co-operative budget would otherwise cut a burst
     // of keys due in one millisecond into pieces, and the wheel hands those
@@ -38,21 +58,103 @@ pub(crate) fn ensure_running<K: Clone + Eq + Hash + Send + Sync + 'static>(
     Ok(())
 }
 
-async fn run<K: Clone + Eq + Hash + Send + Sync + 'static>(queue: Weak<Shared<K>>) {
-    poll_fn(|cx| {
-        let Some(shared) = queue.upgrade() else {
-            return Poll::Ready(());
-        };
-        let now = Instant::now();
-        let mut st = shared.state.lock();
-        if st.is_shutdown() {
-            return Poll::Ready(());
+/// Entries a buffer keeps room for between rounds.
+const KEEP_CAPACITY: usize = 1024;
+
+/// The wheel and the task's buffers, kept between polls.
+struct Wheel {
+    queue: DelayQueue<TimerEntry>,
+    /// When `queue` was last polled.
+    polled_at: Option<Instant>,
+    /// Entries taken from the queue, to insert.
+    incoming: Vec<TimerEntry>,
+    /// Entries expired, to fire at the next round.
+    expired: Vec<(Instant, TimerEntry)>,
+    fired: Vec<TimerEntry>,
+}
+
+impl Wheel {
+    fn new() -> Self {
+        Wheel {
+            queue: DelayQueue::new(),
+            polled_at: None,
+            incoming: Vec::new(),
+            expired: Vec::new(),
+            fired: Vec::new(),
         }
-        let fx = st.poll_timers(cx, now);
-        let wake = fx.wake.min(st.parked as u32);
-        drop(st);
-        shared.apply(fx, wake);
-        Poll::Pending
+    }
+
+    fn insert(&mut self, e: TimerEntry, deadline: Instant) {
+        if self.queue.is_empty()
+            && self
+                .polled_at
+                .is_some_and(|at| deadline.saturating_duration_since(at) > WHEEL_REFRESH)
+        {
+            // Polled right after the inserts, in this same round.
+            self.queue = DelayQueue::new();
+            self.polled_at = None;
+        }
+        self.queue.insert_at(e, deadline);
+    }
+
+    /// Puts the expired entries in `fired`, in (deadline, order set) order:
+    /// the wheel hands out keys due in the same millisecond last-in first.
+    /// A batch is never cut short, since cutting it inside a millisecond
+    /// would break that order.
+    fn sort_expired(&mut self) {
+        let Some(&(_, first)) = self.expired.first() else {
+            return;
+        };
+        // Order numbers wrap; in one batch they span far less than 2^31.
+        self.expired.sort_unstable_by_key(|&(deadline, e)| {
+            (deadline, e.seq.wrapping_sub(first.seq) as i32)
+        });
+        self.fired.extend(self.expired.drain(..).map(|(_, e)| e));
+    }
+}
+
+async fn run<K: Clone + Eq + Hash + Send + Sync + 'static>(queue: Weak<Shared<K>>) {
+    let mut wheel = Wheel::new();
+    let mut epoch = None;
+    poll_fn(|cx| {
+        loop {
+            let Some(shared) = queue.upgrade() else {
+                return Poll::Ready(());
+            };
+            let now = Instant::now();
+            let mut st = shared.state.lock();
+            if st.is_shutdown() {
+                return Poll::Ready(());
+            }
+            let epoch = *epoch.get_or_insert_with(|| st.epoch());
+            let (fx, fresh) =
+                st.timer_round(cx.waker(), &mut wheel.fired, &mut wheel.incoming, now);
+            let wake = fx.wake.min(st.parked as u32);
+            drop(st);
+            shared.apply(fx, wake);
+            drop(shared);
+            if fresh {
+                wheel.queue = DelayQueue::new();
+                wheel.polled_at = None;
+            }
+            let mut incoming = std::mem::take(&mut wheel.incoming);
+            for e in incoming.drain(..) {
+                wheel.insert(e, e.deadline(epoch));
+            }
+            // Swapped with the queue's list next round: kept for reuse, but
+            // not at the size of a burst long gone.
+            incoming.shrink_to(KEEP_CAPACITY);
+            wheel.incoming = incoming;
+            wheel.polled_at = Some(now);
+            while let Poll::Ready(Some(expired)) = wheel.queue.poll_expired(cx) {
+                let deadline = expired.deadline();
+                wheel.expired.push((deadline, expired.into_inner()));
+            }
+            if wheel.expired.is_empty() {
+                return Poll::Pending;
+            }
+            wheel.sort_expired();
+        }
     })
     .await
 }
