@@ -122,9 +122,12 @@
 //!   lease end once more; the queue keeps one time and two links (24 bytes)
 //!   per key slot, so the oldest lease is found without a scan;
 //! - an add or a retry is one relaxed atomic increment; a hand-out and a lease
-//!   end each observe a histogram whose buckets are atomic counters, so
-//!   workers on different threads never wait for each other there
+//!   end each observe a histogram whose buckets are atomic counters, sharded
+//!   by thread on cache lines of their own, so workers on different threads
+//!   neither wait for each other there nor pull one line back and forth
 //!   (`prometheus-client`'s own `Histogram` takes a mutex per observation).
+//!   Two threads observing flat out into one histogram took 31 to 114 ns an
+//!   observation unsharded and 11 ns sharded, on the machine below.
 //!
 //! Measured on the project's 2-core machine (release build, one task on a
 //! current-thread runtime adding, taking and finishing 1,000,000 distinct
@@ -134,8 +137,9 @@
 //! reads, which cost about 55 ns each on that machine and about 20 ns where
 //! the clock is read without a system call) and about 50 ns is this hook's
 //! counter and two histogram observations (measured when the histograms
-//! still took a mutex; making them lock-free changed W1 by less than its
-//! run-to-run noise).
+//! still took a mutex; making them lock-free, then sharded, changed W1 by
+//! less than its run-to-run noise: the clock reads and the longer hold of
+//! the queue's lock are what W1 feels).
 //!
 //! A scrape locks each queue once, briefly, and walks its leases in flight.
 

@@ -1,53 +1,111 @@
-//! A duration histogram that workers observe without taking a lock.
+//! A duration histogram that workers observe without taking a lock, and
+//! mostly without sharing a cache line.
 //!
 //! `prometheus-client`'s `Histogram` keeps its buckets behind a mutex, so
 //! every hand-out and every lease end of a busy queue took that mutex, and
 //! workers on different threads queued up on it. Here each bucket is an
-//! atomic counter: an observation is a search of the (few) bounds and two
-//! relaxed atomic adds, one of them a compare-and-swap loop for the sum.
+//! atomic counter, and the counters are kept in shards, each on cache lines
+//! of its own: a thread observes into the shard its thread number picks, so
+//! two workers observing at once do not pull one line back and forth. An
+//! observation is a search of the (few) bounds and two relaxed atomic adds
+//! to its shard, one of them a compare-and-swap loop for the sum.
 //!
-//! A scrape reads the buckets one by one while workers go on observing, so it
-//! may see an observation in its bucket but not yet in the sum, or the
-//! reverse; the count is the sum of the buckets as read, so `_count` always
-//! equals the `+Inf` bucket, as Prometheus requires. Each series is still
-//! monotonic from one scrape to the next.
+//! A scrape adds the shards up while workers go on observing, so it may see
+//! an observation in its bucket but not yet in the sum, or the reverse; the
+//! count is the sum of the buckets as read, so `_count` always equals the
+//! `+Inf` bucket, as Prometheus requires. Each series is still monotonic
+//! from one scrape to the next.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
 
 use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 
+/// `u64`s in a cache line pair (the unit adjacent-line prefetchers pull).
+const LINE_WORDS: usize = 128 / 8;
+
 pub(super) struct AtomicHistogram {
     /// Finite upper bounds in seconds, sorted; `+Inf` is implicit.
     bounds: Box<[f64]>,
-    /// Observations per bucket (not cumulative): one per bound, then `+Inf`.
-    counts: Box<[AtomicU64]>,
-    /// The sum of the observations in seconds, as `f64` bits.
-    sum: AtomicU64,
+    /// The shards, `stride` words each, starting on a 128-byte boundary:
+    /// observations per bucket (not cumulative; one per bound, then `+Inf`),
+    /// then the sum of the observations in seconds as `f64` bits.
+    words: Box<[Line]>,
+    /// Words per shard: the buckets and the sum, rounded up to whole lines.
+    stride: usize,
+    /// Shards - 1 (a power of two minus one).
+    mask: usize,
+}
+
+#[repr(align(128))]
+struct Line([AtomicU64; LINE_WORDS]);
+
+/// Numbers threads in the order they first observe into any histogram.
+static NEXT_THREAD: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    static THREAD: Cell<Option<usize>> = const { Cell::new(None) };
+}
+
+fn thread_number() -> usize {
+    THREAD.with(|t| match t.get() {
+        Some(n) => n,
+        None => {
+            let n = NEXT_THREAD.fetch_add(1, Relaxed);
+            t.set(Some(n));
+            n
+        }
+    })
 }
 
 impl AtomicHistogram {
-    /// A histogram with `bounds`, which must be finite and sorted.
+    /// A histogram with `bounds`, which must be finite and sorted, and
+    /// enough shards that the threads of a runtime the size of this machine
+    /// seldom share one.
     pub(super) fn new(bounds: &[f64]) -> Self {
+        let threads = std::thread::available_parallelism().map_or(4, |n| n.get());
+        Self::with_shards(bounds, threads * 4)
+    }
+
+    /// `shards` is rounded up to a power of two and kept within 1..=256.
+    fn with_shards(bounds: &[f64], shards: usize) -> Self {
         debug_assert!(bounds.iter().all(|b| b.is_finite()));
         debug_assert!(bounds.is_sorted());
+        let shards = shards.clamp(1, 256).next_power_of_two();
+        let stride = (bounds.len() + 2).div_ceil(LINE_WORDS) * LINE_WORDS;
+        let zero = (0f64).to_bits();
+        debug_assert_eq!(zero, 0, "a zeroed sum is 0.0");
         AtomicHistogram {
             bounds: bounds.into(),
-            counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
-            sum: AtomicU64::new(0f64.to_bits()),
+            words: (0..shards * stride / LINE_WORDS)
+                .map(|_| Line(std::array::from_fn(|_| AtomicU64::new(0))))
+                .collect(),
+            stride,
+            mask: shards - 1,
         }
+    }
+
+    fn word(&self, i: usize) -> &AtomicU64 {
+        &self.words[i / LINE_WORDS].0[i % LINE_WORDS]
+    }
+
+    fn shards(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..=self.mask).map(|s| s * self.stride)
     }
 
     pub(super) fn observe(&self, d: Duration) {
         let v = d.as_secs_f64();
+        let base = (thread_number() & self.mask) * self.stride;
         // The first bucket whose bound is >= v (Prometheus' `le`).
         let i = self.bounds.partition_point(|&b| b < v);
-        self.counts[i].fetch_add(1, Relaxed);
-        let mut old = self.sum.load(Relaxed);
+        self.word(base + i).fetch_add(1, Relaxed);
+        let sum = self.word(base + self.bounds.len() + 1);
+        let mut old = sum.load(Relaxed);
         loop {
             let new = (f64::from_bits(old) + v).to_bits();
-            match self.sum.compare_exchange_weak(old, new, Relaxed, Relaxed) {
+            match sum.compare_exchange_weak(old, new, Relaxed, Relaxed) {
                 Ok(_) => return,
                 Err(now) => old = now,
             }
@@ -57,15 +115,24 @@ impl AtomicHistogram {
     /// The buckets (upper bound, non-cumulative count, `+Inf` last), the
     /// count and the sum, as read now.
     fn read(&self) -> (Vec<(f64, u64)>, u64, f64) {
+        let n = self.bounds.len() + 1;
+        let mut counts = vec![0u64; n];
+        let mut sum = 0.0;
+        for base in self.shards() {
+            for (i, c) in counts.iter_mut().enumerate() {
+                *c += self.word(base + i).load(Relaxed);
+            }
+            sum += f64::from_bits(self.word(base + n).load(Relaxed));
+        }
         let buckets: Vec<(f64, u64)> = self
             .bounds
             .iter()
             .copied()
             .chain(std::iter::once(f64::INFINITY))
-            .zip(self.counts.iter().map(|c| c.load(Relaxed)))
+            .zip(counts)
             .collect();
         let count = buckets.iter().map(|&(_, n)| n).sum();
-        (buckets, count, f64::from_bits(self.sum.load(Relaxed)))
+        (buckets, count, sum)
     }
 }
 
@@ -101,6 +168,37 @@ mod tests {
         );
         assert_eq!(count, 5);
         assert!(sum > 5.003, "{sum}");
+    }
+
+    #[test]
+    fn every_shard_is_read_and_shards_sit_on_lines_of_their_own() {
+        let h = std::sync::Arc::new(AtomicHistogram::with_shards(&[0.001, 1.0], 5));
+        assert_eq!(h.mask + 1, 8, "rounded up to a power of two");
+        assert_eq!(h.stride % LINE_WORDS, 0);
+        assert_eq!(std::mem::align_of::<Line>(), 128);
+        // More threads than shards, each new thread a new thread number.
+        let threads: Vec<_> = (0..12)
+            .map(|t| {
+                let h = h.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..=t {
+                        h.observe(2 * MS);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let used = h
+            .shards()
+            .filter(|&base| h.word(base + 1).load(Relaxed) > 0)
+            .count();
+        assert!(used > 1, "observations spread over shards");
+        let (buckets, count, sum) = h.read();
+        assert_eq!(count, (1..=12).sum::<u64>());
+        assert_eq!(buckets[1], (1.0, 78));
+        assert!((sum - 0.156).abs() < 1e-9, "{sum}");
     }
 
     #[test]
