@@ -12,6 +12,7 @@
 //! cargo bench --bench workloads -- --quick   # N/20, 3 runs: what CI runs
 //! cargo bench --bench workloads -- W1 W6     # only workloads whose name contains W1 or W6
 //! cargo bench --bench workloads -- --impl=mpsc W1   # and only implementations named so
+//! cargo bench --bench workloads -- '--impl=tokio-workqueue$' W1   # exactly so
 //! cargo bench --bench workloads -- --verbose  # also print every run's figures
 //! ```
 //!
@@ -48,7 +49,8 @@ struct Config {
     runs: usize,
     /// Substrings of the workload names to run; empty runs all.
     only: Vec<String>,
-    /// `--impl=NAME`: only the implementations whose name contains NAME.
+    /// `--impl=NAME`: only the implementations whose name contains NAME
+    /// (`--impl=NAME$`: whose name is NAME).
     imp: Option<String>,
     /// `--verbose`: print every run's figures.
     verbose: bool,
@@ -82,6 +84,18 @@ impl Config {
 
     fn wants(&self, workload: &str) -> bool {
         self.only.is_empty() || self.only.iter().any(|o| workload.contains(o.as_str()))
+    }
+
+    /// Whether `--impl` selects `name`: by substring, or exactly when the
+    /// pattern ends in `$`.
+    fn runs_impl(&self, name: &str) -> bool {
+        match self.imp.as_deref() {
+            None => true,
+            Some(p) => match p.strip_suffix('$') {
+                Some(exact) => name == exact,
+                None => name.contains(p),
+            },
+        }
     }
 
     fn n(&self, full: usize) -> usize {
@@ -726,11 +740,7 @@ fn repeat(
     for run in 0..=cfg.runs {
         let warm_up = run == 0;
         for &subject in subjects {
-            if cfg
-                .imp
-                .as_ref()
-                .is_some_and(|i| !subject.name().contains(i.as_str()))
-            {
+            if !cfg.runs_impl(&subject.name()) {
                 continue;
             }
             let figures = one(subject, warm_up || cfg.quick);
