@@ -68,8 +68,9 @@ struct Wheel {
     polled_at: Option<Instant>,
     /// Entries taken from the queue, to insert.
     incoming: Vec<TimerEntry>,
-    /// Entries expired, to fire at the next round.
+    /// Entries expired, with the wheel's deadline, to sort.
     expired: Vec<(Instant, TimerEntry)>,
+    /// Entries expired and sorted, to fire under the lock next round.
     fired: Vec<TimerEntry>,
 }
 
@@ -151,6 +152,9 @@ async fn run<K: Clone + Eq + Hash + Send + Sync + 'static>(queue: Weak<Shared<K>
                 wheel.expired.push((deadline, expired.into_inner()));
             }
             if wheel.expired.is_empty() {
+                // Both are empty now; a burst's worth of room is not kept.
+                wheel.expired.shrink_to(KEEP_CAPACITY);
+                wheel.fired.shrink_to(KEEP_CAPACITY);
                 return Poll::Pending;
             }
             wheel.sort_expired();

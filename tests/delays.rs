@@ -220,3 +220,34 @@ async fn many_waiting_keys_fire_in_batches() {
         seen += 1;
     }
 }
+
+#[test]
+fn delays_outlive_the_runtime_that_timed_them() {
+    let paused = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap()
+    };
+    let q = WorkQueue::new();
+    paused().block_on(async {
+        q.add_after("a", 10_000 * MS).unwrap();
+        q.add_after("b", 3_600_000 * MS).unwrap();
+        settle().await;
+    });
+    // That runtime, and the timer task it ran, are gone. The next delayed
+    // add starts a task on this one, which must learn the two delays.
+    paused().block_on(async {
+        let start = Instant::now();
+        q.add_after("c", 5_000 * MS).unwrap();
+        let next = || tokio::time::timeout(20_000 * MS, q.get());
+        assert_eq!(*next().await.expect("c is handed out").unwrap(), "c");
+        assert_eq!(*next().await.expect("a is handed out").unwrap(), "a");
+        // "a" was due 10 s after the first runtime's start, which came
+        // before this one's: never later than 10 s from here.
+        assert!(start.elapsed() <= 10_000 * MS, "{:?}", start.elapsed());
+        assert!(q.is_empty());
+        assert_eq!(q.snapshot().waiting, 1, "b still waits");
+    });
+}
