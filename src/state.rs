@@ -713,10 +713,8 @@ impl<K> State<K> {
         leased: bool,
         fx: &mut Effects,
     ) {
-        if self.deferred.is_empty()
-            && let Some(w) = &self.timer_waker
-        {
-            fx.timer_waker = Some(WakeTimer(WakerEq(w.clone())));
+        if self.deferred.is_empty() {
+            fx.timer_waker = fx.timer_waker.take().or_else(|| self.wake_timer());
         }
         let seq = seq.unwrap_or_else(|| {
             self.timer_seq = self.timer_seq.wrapping_add(1);
@@ -732,15 +730,22 @@ impl<K> State<K> {
         self.wheel_entries += 1;
         let stale = self.wheel_entries.saturating_sub(self.waiting);
         if stale > self.nodes.len().max(STALE_SLACK) {
-            self.resend_timers(fx);
+            self.resend_timers();
+            fx.timer_waker = self.wake_timer();
         }
+    }
+
+    /// A waker for the timer task, if one is running and has polled.
+    fn wake_timer(&self) -> Option<WakeTimer> {
+        self.timer_waker.clone().map(|w| WakeTimer(WakerEq(w)))
     }
 
     /// Replaces everything sent to the timer task with one entry per live
     /// delay, and tells the task to drop its wheel before taking them: the
     /// cure for stale entries, and the way a new task (after the runtime
-    /// that ran the last one has gone) learns the delays.
-    pub(crate) fn resend_timers(&mut self, fx: &mut Effects) {
+    /// that ran the last one has gone) learns the delays. The caller wakes
+    /// the task.
+    fn resend_timers(&mut self) {
         self.deferred.clear();
         for (slot, node) in self.nodes.iter().enumerate() {
             if let Place::Waiting { seq, at } | Place::LeasedWaiting { seq, at } = node.place {
@@ -750,14 +755,14 @@ impl<K> State<K> {
         }
         self.wheel_entries = self.deferred.len();
         self.fresh_wheel = true;
-        if let Some(w) = &self.timer_waker {
-            fx.timer_waker = Some(WakeTimer(WakerEq(w.clone())));
-        }
     }
 
-    /// Forgets the waker of a timer task that has gone, so no add wakes it.
-    pub(crate) fn forget_timer_task(&mut self) {
+    /// For a new timer task, after the last one's runtime has gone (with
+    /// its wheel): forgets the old task's waker, so no add wakes it, and
+    /// sends every live delay again.
+    pub(crate) fn restart_timers(&mut self) {
         self.timer_waker = None;
+        self.resend_timers();
     }
 
     /// One round of the timer task under the lock: fires the `expired`
@@ -768,7 +773,7 @@ impl<K> State<K> {
     pub(crate) fn timer_round(
         &mut self,
         waker: &Waker,
-        expired: &mut Vec<TimerEntry>,
+        expired: impl IntoIterator<Item = TimerEntry>,
         incoming: &mut Vec<TimerEntry>,
         now: Instant,
     ) -> (Effects, bool) {
@@ -781,7 +786,7 @@ impl<K> State<K> {
             self.timer_waker = Some(waker.clone());
         }
         let stamp = self.times.is_some().then_some(now);
-        for e in expired.drain(..) {
+        for e in expired {
             self.wheel_entries = self.wheel_entries.saturating_sub(1);
             self.fire(e, stamp, &mut fx);
         }
@@ -1108,20 +1113,15 @@ mod tests {
     /// Plays the timer task: takes the entries sent, as it would.
     fn take_sent(st: &mut State<String>) -> (Vec<TimerEntry>, bool) {
         let mut incoming = Vec::new();
-        let (_, fresh) = st.timer_round(
-            std::task::Waker::noop(),
-            &mut Vec::new(),
-            &mut incoming,
-            Instant::now(),
-        );
+        let (_, fresh) =
+            st.timer_round(std::task::Waker::noop(), [], &mut incoming, Instant::now());
         (incoming, fresh)
     }
 
     fn fire(st: &mut State<String>, entries: &[TimerEntry]) -> Effects {
-        let mut expired = entries.to_vec();
         let (fx, _) = st.timer_round(
             std::task::Waker::noop(),
-            &mut expired,
+            entries.iter().copied(),
             &mut Vec::new(),
             Instant::now(),
         );
@@ -1213,8 +1213,7 @@ mod tests {
         // The fresh wheel holds exactly the live delay, with its deadline.
         let _ = add_at(&mut st, "flaps", later);
         let _ = add(&mut st, "flaps", 0);
-        let mut fx = Effects::default();
-        st.resend_timers(&mut fx);
+        st.resend_timers();
         let (entries, fresh) = take_sent(&mut st);
         assert!(fresh);
         assert_eq!(entries.len(), 1);

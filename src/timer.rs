@@ -25,7 +25,7 @@ use tokio_util::time::DelayQueue;
 
 use crate::error::AddError;
 use crate::queue::Shared;
-use crate::state::{Effects, State, TimerEntry};
+use crate::state::{State, TimerEntry};
 
 /// How long an empty wheel may sit unpolled before an insert starts a fresh
 /// one: `DelayQueue` measures deadlines from its last poll and panics on one
@@ -45,15 +45,15 @@ pub(crate) fn ensure_running<K: Clone + Eq + Hash + Send + Sync + 'static>(
     }
     let handle = tokio::runtime::Handle::try_current().map_err(|_| AddError::NoRuntime)?;
     if st.timer_task.is_some() {
-        st.forget_timer_task();
-        let mut fx = Effects::default();
-        st.resend_timers(&mut fx);
-        debug_assert!(fx == Effects::default(), "no task to wake");
+        st.restart_timers();
     }
     // Unconstrained: tokio's co-operative budget would otherwise cut a burst
     // of keys due in one millisecond into pieces, and the wheel hands those
     // out last-in first, so only a whole burst can be put back in order.
-    let task = handle.spawn(tokio::task::unconstrained(run(Arc::downgrade(shared))));
+    let task = handle.spawn(tokio::task::unconstrained(run(
+        Arc::downgrade(shared),
+        st.epoch(),
+    )));
     st.timer_task = Some(task.abort_handle());
     Ok(())
 }
@@ -68,10 +68,9 @@ struct Wheel {
     polled_at: Option<Instant>,
     /// Entries taken from the queue, to insert.
     incoming: Vec<TimerEntry>,
-    /// Entries expired, with the wheel's deadline, to sort.
+    /// Entries expired, with the wheel's deadline: sorted, then fired
+    /// under the lock next round.
     expired: Vec<(Instant, TimerEntry)>,
-    /// Entries expired and sorted, to fire under the lock next round.
-    fired: Vec<TimerEntry>,
 }
 
 impl Wheel {
@@ -81,7 +80,6 @@ impl Wheel {
             polled_at: None,
             incoming: Vec::new(),
             expired: Vec::new(),
-            fired: Vec::new(),
         }
     }
 
@@ -98,7 +96,7 @@ impl Wheel {
         self.queue.insert_at(e, deadline);
     }
 
-    /// Puts the expired entries in `fired`, in (deadline, order set) order:
+    /// Sorts the expired entries in (deadline, order set) order:
     /// the wheel hands out keys due in the same millisecond last-in first.
     /// A batch is never cut short, since cutting it inside a millisecond
     /// would break that order.
@@ -110,13 +108,12 @@ impl Wheel {
         self.expired.sort_unstable_by_key(|&(deadline, e)| {
             (deadline, e.seq.wrapping_sub(first.seq) as i32)
         });
-        self.fired.extend(self.expired.drain(..).map(|(_, e)| e));
     }
 }
 
-async fn run<K: Clone + Eq + Hash + Send + Sync + 'static>(queue: Weak<Shared<K>>) {
+/// `epoch` is the state's, which entries' deadlines count from.
+async fn run<K: Clone + Eq + Hash + Send + Sync + 'static>(queue: Weak<Shared<K>>, epoch: Instant) {
     let mut wheel = Wheel::new();
-    let mut epoch = None;
     poll_fn(|cx| {
         loop {
             let Some(shared) = queue.upgrade() else {
@@ -127,9 +124,8 @@ async fn run<K: Clone + Eq + Hash + Send + Sync + 'static>(queue: Weak<Shared<K>
             if st.is_shutdown() {
                 return Poll::Ready(());
             }
-            let epoch = *epoch.get_or_insert_with(|| st.epoch());
-            let (fx, fresh) =
-                st.timer_round(cx.waker(), &mut wheel.fired, &mut wheel.incoming, now);
+            let expired = wheel.expired.drain(..).map(|(_, e)| e);
+            let (fx, fresh) = st.timer_round(cx.waker(), expired, &mut wheel.incoming, now);
             let wake = fx.wake.min(st.parked as u32);
             drop(st);
             shared.apply(fx, wake);
@@ -152,9 +148,8 @@ async fn run<K: Clone + Eq + Hash + Send + Sync + 'static>(queue: Weak<Shared<K>
                 wheel.expired.push((deadline, expired.into_inner()));
             }
             if wheel.expired.is_empty() {
-                // Both are empty now; a burst's worth of room is not kept.
+                // A burst's worth of room is not kept.
                 wheel.expired.shrink_to(KEEP_CAPACITY);
-                wheel.fired.shrink_to(KEEP_CAPACITY);
                 return Poll::Pending;
             }
             wheel.sort_expired();
