@@ -38,6 +38,8 @@ pub struct WorkItem<K> {
     shared: Arc<Shared<K>>,
     key: K,
     slot: u32,
+    /// The lease's entry in the queue's lease-time table.
+    lease: u32,
     priority: i32,
     /// Lease start, when the queue tracks times.
     started: Option<Instant>,
@@ -49,6 +51,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkItem<K> {
         shared: Arc<Shared<K>>,
         key: K,
         slot: u32,
+        lease: u32,
         priority: i32,
         started: Option<Instant>,
     ) -> Self {
@@ -56,6 +59,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkItem<K> {
             shared,
             key,
             slot,
+            lease,
             priority,
             started,
             ended: false,
@@ -146,7 +150,7 @@ impl<K> WorkItem<K> {
             readd = None;
             outcome = Err(e);
         }
-        let (fx, finished, forgotten) = st.finish(self.slot, readd, now);
+        let (fx, finished, forgotten) = st.finish(self.slot, self.lease, readd, now);
         let outcome = outcome.and(finished.map_err(refused));
         let wake = fx.wake.min(st.parked as u32);
         drop(st);

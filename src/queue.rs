@@ -387,6 +387,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Shared<K> {
             self.clone(),
             popped.key,
             popped.slot,
+            popped.lease,
             popped.priority,
             now,
         ))

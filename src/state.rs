@@ -21,10 +21,10 @@
 //! bytes per key and compares keys only on a 32-bit hash match.
 //!
 //! When ready times are tracked (metrics or a starvation bound), a side table
-//! keeps one time and a second pair of links per slot: leased nodes are
-//! linked by lease start, and with a starvation bound ready nodes are also
-//! linked by age, so the longest lease and the oldest ready key are both
-//! found in O(1).
+//! keeps one time and a second pair of links per slot: with a starvation
+//! bound ready nodes are also linked by age, so the oldest ready key is found
+//! in O(1). Lease start times sit in a small table of their own, one entry
+//! per lease in flight, which a scrape reads whole.
 //!
 //! The timer wheel is not here: it belongs to the timer task
 //! ([`crate::timer`]), which works on it outside the lock. A delayed add
@@ -50,7 +50,7 @@ use std::time::Duration;
 use hashbrown::HashTable;
 use hashbrown::hash_table::Entry;
 
-use crate::prefetch::IndexLayout;
+use crate::prefetch::{self, IndexLayout};
 use tokio::time::Instant;
 
 /// "No slot": the end of a list.
@@ -160,8 +160,44 @@ struct Times {
     age_list: bool,
     /// Ready keys, oldest ready time first (when `age_list`).
     ready: StampList,
-    /// Leased keys, earliest lease first.
-    leased: StampList,
+    leases: Leases,
+}
+
+/// Start times of the leases in flight, one entry per lease, reused through
+/// a free list. A lease is found by the number its hand-out returned, so
+/// starting or ending one writes no per-slot stamp: neighbouring keys'
+/// stamps share cache lines, and consecutive keys are usually leased by
+/// different threads. (An earlier list linked through the stamps wrote the
+/// previous lease's stamp at every hand-out and both neighbours' at every
+/// lease end.)
+#[derive(Debug, Default)]
+struct Leases {
+    starts: Vec<Option<Instant>>,
+    free: Vec<u32>,
+}
+
+impl Leases {
+    fn start(&mut self, at: Instant) -> u32 {
+        match self.free.pop() {
+            Some(i) => {
+                self.starts[i as usize] = Some(at);
+                i
+            }
+            None => {
+                self.starts.push(Some(at));
+                // No more leases than slots, and slots fit in a u32.
+                (self.starts.len() - 1) as u32
+            }
+        }
+    }
+
+    fn end(&mut self, lease: u32) {
+        if let Some(start) = self.starts.get_mut(lease as usize)
+            && start.take().is_some()
+        {
+            self.free.push(lease);
+        }
+    }
 }
 
 /// When an add wants its key to be ready.
@@ -212,6 +248,9 @@ pub(crate) struct Popped<K> {
     pub(crate) priority: i32,
     /// When it became ready, if times are tracked.
     pub(crate) ready_at: Option<Instant>,
+    /// The lease's number in the lease-time table, for [`State::finish`]
+    /// (`NIL` when times are not tracked).
+    pub(crate) lease: u32,
 }
 
 /// Why an add was refused.
@@ -463,10 +502,7 @@ impl<K> State<K> {
                     head: NIL,
                     tail: NIL,
                 },
-                leased: StampList {
-                    head: NIL,
-                    tail: NIL,
-                },
+                leases: Leases::default(),
             }),
             promote_after,
             shutdown: false,
@@ -512,11 +548,8 @@ impl<K> State<K> {
     pub(crate) fn lease_starts(&self) -> Vec<Instant> {
         let mut out = Vec::with_capacity(self.leased);
         if let Some(t) = &self.times {
-            let mut i = t.leased.head;
-            while i != NIL {
-                out.push(t.stamps[i as usize].at);
-                i = t.stamps[i as usize].next;
-            }
+            out.extend(t.leases.starts.iter().flatten().copied());
+            out.sort_unstable();
         }
         out
     }
@@ -588,7 +621,8 @@ impl<K> State<K> {
         self.ready_len += 1;
     }
 
-    fn unlink_ready(&mut self, slot: u32) {
+    /// Takes `slot` out of its level; returns the level's index.
+    fn unlink_ready(&mut self, slot: u32) -> usize {
         let node = &self.nodes[slot as usize];
         let Place::Ready { prev, next } = node.place else {
             unreachable!("unlinking a node that is not ready")
@@ -615,6 +649,7 @@ impl<K> State<K> {
         }
         self.levels[li].len -= 1;
         self.ready_len -= 1;
+        li
     }
 
     /// A key joins the ready set (at the back of its level) at `now`.
@@ -623,7 +658,7 @@ impl<K> State<K> {
         if let Some(t) = &mut self.times {
             let at = now.unwrap_or_else(Instant::now);
             if t.age_list {
-                t.push_back(Which::Ready, slot, at);
+                t.push_back(slot, at);
             } else {
                 t.stamps[slot as usize].at = at;
             }
@@ -849,14 +884,16 @@ impl<K> State<K> {
                 .map(|l| l.head)
                 .expect("ready_len > 0 with every level empty");
         }
-        self.unlink_ready(slot);
+        let level = self.unlink_ready(slot);
+        self.prefetch_head(level);
         let mut ready_at = None;
+        let mut lease = NIL;
         if let Some(t) = &mut self.times {
             ready_at = Some(t.stamps[slot as usize].at);
             if t.age_list {
-                t.unlink(Which::Ready, slot);
+                t.unlink(slot);
             }
-            t.push_back(Which::Leased, slot, now.unwrap_or_else(Instant::now));
+            lease = t.leases.start(now.unwrap_or_else(Instant::now));
         }
         self.leased += 1;
         let node = &mut self.nodes[slot as usize];
@@ -869,7 +906,33 @@ impl<K> State<K> {
             key: node.key.clone().expect("live node without a key"),
             priority: node.priority,
             ready_at,
+            lease,
         })
+    }
+
+    /// Hints what the next hand-outs from `level` will read, so that a
+    /// consumer working through a long queue overlaps those cache misses
+    /// with the current item instead of stalling on each in turn. The next key's node was read by the unlinking just done (and
+    /// fetched early by the hand-out before), so it is in cache: from it
+    /// come the node after it, the next key's index group (read at its
+    /// lease end) and its ready time. Each hint runs one hand-out ahead of
+    /// its use.
+    #[inline]
+    fn prefetch_head(&self, level: usize) {
+        let next = self.levels[level].head;
+        if next == NIL {
+            return;
+        }
+        let node = &self.nodes[next as usize];
+        if let Place::Ready { next: after, .. } = node.place
+            && after != NIL
+        {
+            prefetch::prefetch_addr(std::ptr::from_ref(&self.nodes[after as usize]).addr());
+        }
+        self.layout.prefetch(wide(node.hash));
+        if let Some(t) = &self.times {
+            prefetch::prefetch_addr(std::ptr::from_ref(&t.stamps[next as usize]).addr());
+        }
     }
 
     /// Ends the lease on `slot`, first merging `readd` into it if given
@@ -879,6 +942,7 @@ impl<K> State<K> {
     pub(crate) fn finish(
         &mut self,
         slot: u32,
+        lease: u32,
         readd: Option<(i32, When)>,
         now: Option<Instant>,
     ) -> (Effects, Result<(), Refused>, Option<K>) {
@@ -893,7 +957,7 @@ impl<K> State<K> {
         }
         self.leased -= 1;
         if let Some(t) = &mut self.times {
-            t.unlink(Which::Leased, slot);
+            t.leases.end(lease);
         }
         let Node {
             place, priority, ..
@@ -955,22 +1019,10 @@ impl<K> State<K> {
     }
 }
 
-#[derive(Clone, Copy)]
-enum Which {
-    Ready,
-    Leased,
-}
-
 impl Times {
-    fn list(&mut self, which: Which) -> &mut StampList {
-        match which {
-            Which::Ready => &mut self.ready,
-            Which::Leased => &mut self.leased,
-        }
-    }
-
-    fn push_back(&mut self, which: Which, slot: u32, at: Instant) {
-        let tail = self.list(which).tail;
+    /// Links `slot`, ready since `at`, at the young end of the age list.
+    fn push_back(&mut self, slot: u32, at: Instant) {
+        let tail = self.ready.tail;
         self.stamps[slot as usize] = Stamp {
             at,
             prev: tail,
@@ -978,25 +1030,23 @@ impl Times {
         };
         if tail != NIL {
             self.stamps[tail as usize].next = slot;
+        } else {
+            self.ready.head = slot;
         }
-        let list = self.list(which);
-        if list.head == NIL {
-            list.head = slot;
-        }
-        list.tail = slot;
+        self.ready.tail = slot;
     }
 
-    fn unlink(&mut self, which: Which, slot: u32) {
+    fn unlink(&mut self, slot: u32) {
         let Stamp { prev, next, .. } = self.stamps[slot as usize];
         if prev != NIL {
             self.stamps[prev as usize].next = next;
         } else {
-            self.list(which).head = next;
+            self.ready.head = next;
         }
         if next != NIL {
             self.stamps[next as usize].prev = prev;
         } else {
-            self.list(which).tail = prev;
+            self.ready.tail = prev;
         }
     }
 }
@@ -1046,11 +1096,11 @@ mod tests {
         assert_eq!(add(&mut st, "a", 0).added, 1);
         assert_eq!(add(&mut st, "a", 0).added, 0);
         assert!(pop(&mut st).is_none(), "stingy: not while leased");
-        let fx = st.finish(slot, None, None).0;
+        let fx = st.finish(slot, NIL, None, None).0;
         assert_eq!(fx.wake, 1);
         let (slot, k, _) = pop(&mut st).unwrap();
         assert_eq!(k, "a");
-        let _ = st.finish(slot, None, None).0;
+        let _ = st.finish(slot, NIL, None, None).0;
         assert!(pop(&mut st).is_none());
         assert_eq!(st.index.len(), 0);
     }
@@ -1071,6 +1121,32 @@ mod tests {
     }
 
     #[test]
+    fn lease_starts_come_earliest_first_and_ended_entries_are_reused() {
+        let mut st = State::new(true, None);
+        let t0 = Instant::now();
+        let at = |ms| t0 + Duration::from_millis(ms);
+        for k in ["a", "b", "c", "d"] {
+            let _ = add(&mut st, k, 0);
+        }
+        let a = st.pop(Some(at(1))).unwrap();
+        let b = st.pop(Some(at(2))).unwrap();
+        let c = st.pop(Some(at(3))).unwrap();
+        assert_eq!(st.lease_starts(), [at(1), at(2), at(3)]);
+        // Ending the middle lease frees its entry; the next lease takes it,
+        // and the starts still come out earliest first.
+        let _ = st.finish(b.slot, b.lease, None, None);
+        assert_eq!(st.lease_starts(), [at(1), at(3)]);
+        let d = st.pop(Some(at(4))).unwrap();
+        assert_eq!(d.lease, b.lease, "the freed entry is reused");
+        assert_eq!(st.lease_starts(), [at(1), at(3), at(4)]);
+        for p in [a, c, d] {
+            let _ = st.finish(p.slot, p.lease, None, None);
+        }
+        assert!(st.lease_starts().is_empty());
+        assert_eq!(st.times.as_ref().unwrap().leases.starts.len(), 3);
+    }
+
+    #[test]
     fn freed_slots_are_reused() {
         let mut st = State::new(false, None);
         for round in 0..3 {
@@ -1078,7 +1154,7 @@ mod tests {
                 let _ = add(&mut st, &format!("k{i}"), 0);
             }
             while let Some((slot, _, _)) = pop(&mut st) {
-                let _ = st.finish(slot, None, None).0;
+                let _ = st.finish(slot, NIL, None, None).0;
             }
             assert_eq!(st.nodes.len(), 100, "round {round}");
         }
@@ -1096,13 +1172,13 @@ mod tests {
         assert!(!st.is_closed());
         let (b, _, _) = pop(&mut st).unwrap();
         assert!(!st.is_closed(), "a dirty key is still owed");
-        let _ = st.finish(slot, None, None).0;
+        let _ = st.finish(slot, NIL, None, None).0;
         let (a, k, _) = pop(&mut st).unwrap();
         assert_eq!(k, "a");
         assert!(st.is_closed());
         assert!(!st.is_drained());
-        let _ = st.finish(a, None, None).0;
-        let fx = st.finish(b, None, None).0;
+        let _ = st.finish(a, NIL, None, None).0;
+        let fx = st.finish(b, NIL, None, None).0;
         assert!(fx.wake_all && st.is_drained());
     }
 
@@ -1158,7 +1234,7 @@ mod tests {
             st.nodes[slot as usize].place,
             Place::LeasedWaiting { .. }
         ));
-        let _ = st.finish(slot, None, None);
+        let _ = st.finish(slot, NIL, None, None);
         assert!(matches!(
             st.nodes[slot as usize].place,
             Place::Waiting { .. }
@@ -1181,7 +1257,7 @@ mod tests {
         assert_eq!(fire(&mut st, &sent), Effects::default());
         // A slot reused by another key with a delay ignores the old entry.
         let (slot, _, _) = pop(&mut st).unwrap();
-        let _ = st.finish(slot, None, None);
+        let _ = st.finish(slot, NIL, None, None);
         let _ = add_at(&mut st, "b", at);
         assert_eq!(fire(&mut st, &sent), Effects::default());
         assert_eq!(st.counts().waiting, 1);
@@ -1200,7 +1276,7 @@ mod tests {
             let _ = add_at(&mut st, "flaps", later);
             let _ = add(&mut st, "flaps", 0);
             let (slot, _, _) = pop(&mut st).unwrap();
-            let _ = st.finish(slot, None, None);
+            let _ = st.finish(slot, NIL, None, None);
             let (entries, fresh) = take_sent(&mut st);
             if fresh {
                 fresh_rounds += 1;
@@ -1256,7 +1332,7 @@ mod tests {
             assert_eq!(add(&mut st, &k, 0).added, 1);
             let (slot, got, _) = pop(&mut st).unwrap();
             assert_eq!(got, k);
-            let _ = st.finish(slot, None, None);
+            let _ = st.finish(slot, NIL, None, None);
         }
         assert_eq!(st.index.len(), 100);
         assert!(st.index.num_buckets() <= 512, "{}", st.index.num_buckets());
@@ -1273,7 +1349,7 @@ mod tests {
             let _ = add(&mut st, &format!("k{p}"), p);
             let (slot, _, prio) = pop(&mut st).unwrap();
             assert_eq!(prio, p);
-            let _ = st.finish(slot, None, None).0;
+            let _ = st.finish(slot, NIL, None, None).0;
         }
         assert!(st.levels.len() <= MAX_IDLE_LEVELS);
     }
