@@ -917,10 +917,17 @@ impl<K> State<K> {
     /// come the node after it, the next key's index group (read at its
     /// lease end) and its ready time. Each hint runs one hand-out ahead of
     /// its use.
+    ///
+    /// Only on a slab too large to stay in cache: on a small one the lines
+    /// are already there, and the hints would only add work and pull lines
+    /// that another consumer thread may be about to write.
     #[inline]
     fn prefetch_head(&self, level: usize) {
+        /// Slots from which the nodes, stamps and index outgrow a core's
+        /// L2 cache (about 60 bytes a slot).
+        const LARGE: usize = 1 << 15;
         let next = self.levels[level].head;
-        if next == NIL {
+        if next == NIL || self.nodes.len() < LARGE {
             return;
         }
         let node = &self.nodes[next as usize];
