@@ -7,8 +7,9 @@
 //! atomic counter, and the counters are kept in shards, each on cache lines
 //! of its own: a thread observes into the shard its thread number picks, so
 //! two workers observing at once do not pull one line back and forth. An
-//! observation is a search of the (few) bounds and two relaxed atomic adds
-//! to its shard, one of them a compare-and-swap loop for the sum.
+//! observation is a search of the (few) bounds, done on whole nanoseconds,
+//! and two relaxed atomic adds to its shard, one of them a compare-and-swap
+//! loop for the sum.
 //!
 //! A scrape adds the shards up while workers go on observing, so it may see
 //! an observation in its bucket but not yet in the sum, or the reverse; the
@@ -29,6 +30,11 @@ const LINE_WORDS: usize = 128 / 8;
 pub(super) struct AtomicHistogram {
     /// Finite upper bounds in seconds, sorted; `+Inf` is implicit.
     bounds: Box<[f64]>,
+    /// For each bound, how many whole nanosecond counts lie at or below it
+    /// ([`ns_limit`]): an observation of `n` ns belongs to the first bound
+    /// whose limit exceeds `n`. Searching integers keeps the search off the
+    /// conversion to seconds, which only the sum needs.
+    limits: Box<[u64]>,
     /// The shards, `stride` words each, starting on a 128-byte boundary:
     /// observations per bucket (not cumulative; one per bound, then `+Inf`),
     /// then the sum of the observations in seconds as `f64` bits.
@@ -78,6 +84,7 @@ impl AtomicHistogram {
         let stride = (bounds.len() + 2).div_ceil(LINE_WORDS) * LINE_WORDS;
         AtomicHistogram {
             bounds: bounds.into(),
+            limits: bounds.iter().map(|&b| ns_limit(b)).collect(),
             words: (0..shards * stride / LINE_WORDS)
                 .map(|_| Line(std::array::from_fn(|_| AtomicU64::new(0))))
                 .collect(),
@@ -95,11 +102,13 @@ impl AtomicHistogram {
     }
 
     pub(super) fn observe(&self, d: Duration) {
-        let v = d.as_secs_f64();
+        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         let base = (thread_number() & self.mask) * self.stride;
-        // The first bucket whose bound is >= v (Prometheus' `le`).
-        let i = self.bounds.partition_point(|&b| b < v);
+        // The first bucket whose bound is >= the observation (Prometheus'
+        // `le`).
+        let i = self.limits.partition_point(|&limit| limit <= ns);
         self.word(base + i).fetch_add(1, Relaxed);
+        let v = d.as_secs_f64();
         let sum = self.word(base + self.bounds.len() + 1);
         let mut old = sum.load(Relaxed);
         loop {
@@ -132,6 +141,21 @@ impl AtomicHistogram {
             .collect();
         let count = buckets.iter().map(|&(_, n)| n).sum();
         (buckets, count, sum)
+    }
+}
+
+/// How many of the nanosecond counts 0, 1, 2, ... are at most `bound`
+/// seconds: none for a negative bound, `floor(bound * 1e9) + 1` otherwise
+/// (saturating). So `n` ns is `<= bound` exactly when `n < ns_limit(bound)`,
+/// up to the rounding of `bound * 1e9` for bounds with more than
+/// nanosecond precision.
+fn ns_limit(bound: f64) -> u64 {
+    if bound < 0.0 {
+        0
+    } else {
+        // `as` saturates, and +1 past u64::MAX stays at u64::MAX: a bound of
+        // about 585 years or more holds every observation but Duration::MAX.
+        ((bound * 1e9).floor() as u64).saturating_add(1)
     }
 }
 
@@ -198,6 +222,24 @@ mod tests {
         assert_eq!(count, (1..=12).sum::<u64>());
         assert_eq!(buckets[1], (1.0, 78));
         assert!((sum - 0.156).abs() < 1e-9, "{sum}");
+    }
+
+    #[test]
+    fn nanosecond_limits_agree_with_comparing_seconds() {
+        assert_eq!(ns_limit(-1.0), 0, "no duration is below a negative bound");
+        assert_eq!(ns_limit(0.0), 1, "only zero is at or below 0 s");
+        assert_eq!(ns_limit(1e-8), 11);
+        assert_eq!(ns_limit(1.5e-9), 2);
+        assert_eq!(ns_limit(1e30), u64::MAX);
+        let bounds = [-1.0, 0.0, 1e-8, 1.5e-9, 1e-3, 0.3, 2.5, 1e3];
+        for b in bounds {
+            for ns in [0u64, 1, 2, 9, 10, 11, 999_999, 1_000_000, 1_000_001] {
+                for ns in [ns, ns.saturating_mul(300), ns.saturating_mul(2500)] {
+                    let by_seconds = Duration::from_nanos(ns).as_secs_f64() <= b;
+                    assert_eq!(ns < ns_limit(b), by_seconds, "{ns} ns against {b} s");
+                }
+            }
+        }
     }
 
     #[test]
