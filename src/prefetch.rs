@@ -51,12 +51,7 @@ impl IndexLayout {
 /// Hints that the cache line holding `addr` is needed soon. Any address is
 /// fine: a prefetch never faults.
 #[inline(always)]
-pub(crate) fn prefetch_addr(addr: usize) {
-    prefetch(addr)
-}
-
-#[inline(always)]
-fn prefetch(addr: usize) {
+pub(crate) fn prefetch(addr: usize) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};

@@ -912,11 +912,11 @@ impl<K> State<K> {
 
     /// Hints what the next hand-outs from `level` will read, so that a
     /// consumer working through a long queue overlaps those cache misses
-    /// with the current item instead of stalling on each in turn. The next key's node was read by the unlinking just done (and
-    /// fetched early by the hand-out before), so it is in cache: from it
-    /// come the node after it, the next key's index group (read at its
-    /// lease end) and its ready time. Each hint runs one hand-out ahead of
-    /// its use.
+    /// with the current item instead of stalling on each in turn. The next
+    /// key's node was read by the unlinking just done (and fetched early by
+    /// the hand-out before), so it is in cache: from it come the node after
+    /// it, the next key's index group (read at its lease end) and its ready
+    /// time. Each hint runs one hand-out ahead of its use.
     ///
     /// Only on a slab too large to stay in cache: on a small one the lines
     /// are already there, and the hints would only add work and pull lines
@@ -926,19 +926,22 @@ impl<K> State<K> {
         /// Slots from which the nodes, stamps and index outgrow a core's
         /// L2 cache (about 60 bytes a slot).
         const LARGE: usize = 1 << 15;
+        if self.nodes.len() < LARGE {
+            return;
+        }
         let next = self.levels[level].head;
-        if next == NIL || self.nodes.len() < LARGE {
+        if next == NIL {
             return;
         }
         let node = &self.nodes[next as usize];
         if let Place::Ready { next: after, .. } = node.place
             && after != NIL
         {
-            prefetch::prefetch_addr(std::ptr::from_ref(&self.nodes[after as usize]).addr());
+            prefetch::prefetch(std::ptr::from_ref(&self.nodes[after as usize]).addr());
         }
         self.layout.prefetch(wide(node.hash));
         if let Some(t) = &self.times {
-            prefetch::prefetch_addr(std::ptr::from_ref(&t.stamps[next as usize]).addr());
+            prefetch::prefetch(std::ptr::from_ref(&t.stamps[next as usize]).addr());
         }
     }
 
