@@ -694,12 +694,24 @@ impl Countdown {
 /// One producer adds `keys` with `add(adder, i, key)`; `consumers` run
 /// `work` on each key handed out. Returns the first add and the moment the
 /// last of the keys was processed.
+/// What [`run_counted`] saw.
+struct Counted {
+    /// The first add.
+    start: Instant,
+    /// When the last key was processed.
+    end: Instant,
+    /// Keys not yet processed when the producer's last add returned: how
+    /// far the consumers fell behind (W1's run-to-run spread is mostly
+    /// whether they keep up or not).
+    left_at_last_add: usize,
+}
+
 fn run_counted(
     subject: &dyn Subject,
     keys: Vec<String>,
     add: impl Fn(&dyn Adder, usize, String) + Send + 'static,
     work: impl Fn(&str) + Send + Sync + 'static,
-) -> (Instant, Instant) {
+) -> Counted {
     let rt = runtime();
     rt.block_on(async {
         let countdown = Arc::new(Countdown::new(keys.len()));
@@ -712,15 +724,21 @@ fn run_counted(
             }),
         );
         let adder = running.adder;
+        let left = countdown.clone();
         let producer = tokio::spawn(async move {
             let start = Instant::now();
             for (i, k) in keys.into_iter().enumerate() {
                 add(&*adder, i, k);
             }
-            start
+            (start, left.left.load(Ordering::Relaxed))
         });
         let end = countdown.wait().await;
-        (producer.await.expect("the producer"), end)
+        let (start, left_at_last_add) = producer.await.expect("the producer");
+        Counted {
+            start,
+            end,
+            left_at_last_add,
+        }
     })
 }
 
@@ -760,8 +778,11 @@ fn repeat(
 /// consumers. Figure: items/s.
 fn w1(cfg: &Config, report: &mut Report, workload: &str, n: usize, subjects: &[&dyn Subject]) {
     repeat(cfg, report, workload, subjects, |subject, _| {
-        let (start, end) = run_counted(subject, keys(0..n), |a, _, k| a.add(k), |_| {});
-        vec![("items/s", n as f64 / (end - start).as_secs_f64())]
+        let run = run_counted(subject, keys(0..n), |a, _, k| a.add(k), |_| {});
+        vec![
+            ("items/s", n as f64 / (run.end - run.start).as_secs_f64()),
+            ("left at last add", run.left_at_last_add as f64),
+        ]
     });
 }
 
@@ -854,7 +875,7 @@ fn w3(cfg: &Config, report: &mut Report, subjects: &[&dyn Subject]) {
         let added_at: Arc<Vec<AtomicI64>> = Arc::new((0..n).map(|_| AtomicI64::new(0)).collect());
         let late: Arc<Vec<AtomicI64>> = Arc::new((0..n).map(|_| AtomicI64::new(0)).collect());
         let (added_at2, late2) = (added_at.clone(), late.clone());
-        let (start, end) = run_counted(
+        let Counted { start, end, .. } = run_counted(
             subject,
             keys(0..n),
             move |a, i, k| {
@@ -889,13 +910,13 @@ fn w4(cfg: &Config, report: &mut Report, subjects: &[&dyn Subject]) {
         .filter(|s| s.priorities())
         .collect();
     repeat(cfg, report, "W4", &subjects, |subject, _| {
-        let (start, end) = run_counted(
+        let run = run_counted(
             subject,
             keys(0..n),
             |a, i, k| a.add_priority(k, W4_PRIORITIES[i % 3]),
             |_| {},
         );
-        vec![("items/s", n as f64 / (end - start).as_secs_f64())]
+        vec![("items/s", n as f64 / (run.end - run.start).as_secs_f64())]
     });
 }
 
