@@ -695,6 +695,7 @@ impl Countdown {
 /// `work` on each key handed out. Returns the first add and the moment the
 /// last of the keys was processed.
 /// What [`run_counted`] saw.
+#[derive(Clone, Copy)]
 struct Counted {
     /// The first add.
     start: Instant,
@@ -704,6 +705,13 @@ struct Counted {
     /// far the consumers fell behind (W1's run-to-run spread is mostly
     /// whether they keep up or not).
     left_at_last_add: usize,
+}
+
+impl Counted {
+    /// Keys processed per second, from the first add to the last key done.
+    fn items_per_sec(self, n: usize) -> f64 {
+        n as f64 / (self.end - self.start).as_secs_f64()
+    }
 }
 
 fn run_counted(
@@ -780,7 +788,7 @@ fn w1(cfg: &Config, report: &mut Report, workload: &str, n: usize, subjects: &[&
     repeat(cfg, report, workload, subjects, |subject, _| {
         let run = run_counted(subject, keys(0..n), |a, _, k| a.add(k), |_| {});
         vec![
-            ("items/s", n as f64 / (run.end - run.start).as_secs_f64()),
+            ("items/s", run.items_per_sec(n)),
             ("left at last add", run.left_at_last_add as f64),
         ]
     });
@@ -916,7 +924,7 @@ fn w4(cfg: &Config, report: &mut Report, subjects: &[&dyn Subject]) {
             |a, i, k| a.add_priority(k, W4_PRIORITIES[i % 3]),
             |_| {},
         );
-        vec![("items/s", n as f64 / (run.end - run.start).as_secs_f64())]
+        vec![("items/s", run.items_per_sec(n))]
     });
 }
 

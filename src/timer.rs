@@ -90,10 +90,15 @@ impl Wheel {
                 .is_some_and(|at| deadline.saturating_duration_since(at) > WHEEL_REFRESH)
         {
             // Polled right after the inserts, in this same round.
-            self.queue = DelayQueue::new();
-            self.polled_at = None;
+            self.reset();
         }
         self.queue.insert_at(e, deadline);
+    }
+
+    /// Drops every entry and starts an empty wheel.
+    fn reset(&mut self) {
+        self.queue = DelayQueue::new();
+        self.polled_at = None;
     }
 
     /// Sorts the expired entries in (deadline, order set) order:
@@ -131,8 +136,7 @@ async fn run<K: Clone + Eq + Hash + Send + Sync + 'static>(queue: Weak<Shared<K>
             shared.apply(fx, wake);
             drop(shared);
             if fresh {
-                wheel.queue = DelayQueue::new();
-                wheel.polled_at = None;
+                wheel.reset();
             }
             let mut incoming = std::mem::take(&mut wheel.incoming);
             for e in incoming.drain(..) {

@@ -97,6 +97,11 @@ impl AtomicHistogram {
         &self.words[i / LINE_WORDS].0[i % LINE_WORDS]
     }
 
+    /// Where a shard keeps its sum: after one count per bound and `+Inf`.
+    fn sum_offset(&self) -> usize {
+        self.bounds.len() + 1
+    }
+
     fn shards(&self) -> impl Iterator<Item = usize> + '_ {
         (0..=self.mask).map(|s| s * self.stride)
     }
@@ -109,7 +114,7 @@ impl AtomicHistogram {
         let i = self.limits.partition_point(|&limit| limit <= ns);
         self.word(base + i).fetch_add(1, Relaxed);
         let v = d.as_secs_f64();
-        let sum = self.word(base + self.bounds.len() + 1);
+        let sum = self.word(base + self.sum_offset());
         let mut old = sum.load(Relaxed);
         loop {
             let new = (f64::from_bits(old) + v).to_bits();
@@ -130,7 +135,7 @@ impl AtomicHistogram {
             for (i, c) in counts.iter_mut().enumerate() {
                 *c += self.word(base + i).load(Relaxed);
             }
-            sum += f64::from_bits(self.word(base + n).load(Relaxed));
+            sum += f64::from_bits(self.word(base + self.sum_offset()).load(Relaxed));
         }
         let buckets: Vec<(f64, u64)> = self
             .bounds
