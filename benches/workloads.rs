@@ -691,14 +691,13 @@ impl Countdown {
     }
 }
 
-/// One producer adds `keys` with `add(adder, i, key)`; `consumers` run
-/// `work` on each key handed out. Returns the first add and the moment the
-/// last of the keys was processed.
 /// What [`run_counted`] saw.
 #[derive(Clone, Copy)]
 struct Counted {
     /// The first add.
     start: Instant,
+    /// When the producer's last add returned.
+    last_add: Instant,
     /// When the last key was processed.
     end: Instant,
     /// Keys not yet processed when the producer's last add returned: how
@@ -712,8 +711,27 @@ impl Counted {
     fn items_per_sec(self, n: usize) -> f64 {
         n as f64 / (self.end - self.start).as_secs_f64()
     }
+
+    /// Adds per second while the consumers ran beside the producer.
+    fn adds_per_sec(self, n: usize) -> f64 {
+        n as f64 / (self.last_add - self.start).as_secs_f64()
+    }
+
+    /// Keys per second processed after the producer finished: the rate at
+    /// which the consumers alone, on both threads, drained what was left
+    /// (zero when nothing was left).
+    fn drain_per_sec(self) -> f64 {
+        let secs = (self.end - self.last_add).as_secs_f64();
+        if self.left_at_last_add == 0 || secs <= 0.0 {
+            0.0
+        } else {
+            self.left_at_last_add as f64 / secs
+        }
+    }
 }
 
+/// One producer adds `keys` with `add(adder, i, key)`; `CONSUMERS` consumers
+/// run `work` on each key handed out.
 fn run_counted(
     subject: &dyn Subject,
     keys: Vec<String>,
@@ -738,12 +756,14 @@ fn run_counted(
             for (i, k) in keys.into_iter().enumerate() {
                 add(&*adder, i, k);
             }
-            (start, left.left.load(Ordering::Relaxed))
+            let left_at_last_add = left.left.load(Ordering::Relaxed);
+            (start, Instant::now(), left_at_last_add)
         });
         let end = countdown.wait().await;
-        let (start, left_at_last_add) = producer.await.expect("the producer");
+        let (start, last_add, left_at_last_add) = producer.await.expect("the producer");
         Counted {
             start,
+            last_add,
             end,
             left_at_last_add,
         }
@@ -790,6 +810,8 @@ fn w1(cfg: &Config, report: &mut Report, workload: &str, n: usize, subjects: &[&
         vec![
             ("items/s", run.items_per_sec(n)),
             ("left at last add", run.left_at_last_add as f64),
+            ("adds/s beside consumers", run.adds_per_sec(n)),
+            ("drain items/s after", run.drain_per_sec()),
         ]
     });
 }
