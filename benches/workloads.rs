@@ -1204,7 +1204,9 @@ fn verdicts(report: &Report, cfg: &Config) {
             let r = a / b;
             let ok = if at_least { r >= want } else { r <= want };
             let op = if at_least { ">=" } else { "<=" };
-            lines.push((format!("{what}: {r:.2}x (target {op} {want}x)"), Some(ok)));
+            // Three decimals, so that a ratio just past its target (1.055
+            // against 1.05) does not print as equal to it.
+            lines.push((format!("{what}: {r:.3}x (target {op} {want}x)"), Some(ok)));
         }
     };
     // (what, numerator, denominator as (impl, workload, figure), target,
