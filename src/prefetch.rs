@@ -36,10 +36,15 @@ impl IndexLayout {
         }
     }
 
+    /// Whether no table is known yet.
+    pub(crate) fn is_unset(&self) -> bool {
+        self.ctrl == 0
+    }
+
     /// Hints that the index group probed first for `hash` is needed soon.
     #[inline]
     pub(crate) fn prefetch(&self, hash: u64) {
-        if self.ctrl == 0 {
+        if self.is_unset() {
             return;
         }
         let pos = (hash as usize) & self.mask;

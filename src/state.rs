@@ -21,10 +21,10 @@
 //! bytes per key and compares keys only on a 32-bit hash match.
 //!
 //! When ready times are tracked (metrics or a starvation bound), a side table
-//! keeps one time and a second pair of links per slot: with a starvation
-//! bound ready nodes are also linked by age, so the oldest ready key is found
-//! in O(1). Lease start times sit in a small table of their own, one entry
-//! per lease in flight, which a scrape reads whole.
+//! keeps each slot's ready time; with a starvation bound a second one links
+//! ready slots by age, so the oldest ready key is found in O(1). Lease start
+//! times sit in a small table of their own, one entry per lease in flight,
+//! which a scrape reads whole.
 //!
 //! The timer wheel is not here: it belongs to the timer task
 //! ([`crate::timer`]), which works on it outside the lock. A delayed add
@@ -136,40 +136,42 @@ struct Level {
     len: usize,
 }
 
-/// Per-slot time and age links, kept only when times are tracked.
+/// A slot's links in the age list of ready keys.
 #[derive(Debug, Clone, Copy)]
-struct Stamp {
-    at: Instant,
+struct AgeLinks {
     prev: u32,
     next: u32,
 }
 
 #[derive(Debug, Default)]
-struct StampList {
+struct AgeList {
     head: u32,
     tail: u32,
 }
 
 #[derive(Debug)]
 struct Times {
-    /// A placeholder time for stamps not yet in a list.
+    /// A placeholder time for slots not yet ready.
     epoch: Instant,
-    stamps: Vec<Stamp>,
-    /// Whether ready keys are linked in `ready`: only the starvation bound
+    /// When each slot's key last became ready.
+    ready_at: Vec<Instant>,
+    /// Whether ready keys are linked by age: only the starvation bound
     /// needs the oldest one; metrics need each key's ready time alone.
     age_list: bool,
+    /// Each slot's age links (when `age_list`; empty otherwise).
+    age: Vec<AgeLinks>,
     /// Ready keys, oldest ready time first (when `age_list`).
-    ready: StampList,
+    ready: AgeList,
     leases: Leases,
 }
 
 /// Start times of the leases in flight, one entry per lease, reused through
 /// a free list. A lease is found by the number its hand-out returned, so
-/// starting or ending one writes no per-slot stamp: neighbouring keys'
-/// stamps share cache lines, and consecutive keys are usually leased by
-/// different threads. (An earlier list linked through the stamps wrote the
-/// previous lease's stamp at every hand-out and both neighbours' at every
-/// lease end.)
+/// starting or ending one writes no per-slot entry: neighbouring keys'
+/// entries share cache lines, and consecutive keys are usually leased by
+/// different threads. (An earlier list linked through per-slot entries
+/// wrote the previous lease's at every hand-out and both neighbours' at
+/// every lease end.)
 #[derive(Debug, Default)]
 struct Leases {
     starts: Vec<Option<Instant>>,
@@ -348,13 +350,15 @@ fn alloc<K>(
         .expect("more than u32::MAX - 1 keys in one queue");
     nodes.push(node);
     if let Some(t) = times {
-        // Overwritten whenever the slot joins a list, before it is read: no
-        // clock read needed here.
-        t.stamps.push(Stamp {
-            at: t.epoch,
-            prev: NIL,
-            next: NIL,
-        });
+        // Overwritten whenever the slot's key becomes ready, before it is
+        // read: no clock read needed here.
+        t.ready_at.push(t.epoch);
+        if t.age_list {
+            t.age.push(AgeLinks {
+                prev: NIL,
+                next: NIL,
+            });
+        }
     }
     slot
 }
@@ -457,8 +461,12 @@ impl<K> State<K> {
             let inserted = index.insert_unique(wide(node.hash), slot as u32, |&i| {
                 wide(nodes[i as usize].hash)
             });
-            let addr = std::ptr::from_ref(inserted.get()).addr();
-            layout = IndexLayout::new(addr, inserted.bucket_index(), index.num_buckets());
+            // The table has room for every key, so it never moves: its
+            // layout is known from the first insert on.
+            if layout.is_unset() {
+                let addr = std::ptr::from_ref(inserted.get()).addr();
+                layout = IndexLayout::new(addr, inserted.bucket_index(), index.num_buckets());
+            }
         }
         debug_assert_eq!(index.len(), self.index.len());
         self.index = index;
@@ -496,9 +504,10 @@ impl<K> State<K> {
             timer_waker: None,
             times: (track_times || promote_after.is_some()).then(|| Times {
                 epoch: Instant::now(),
-                stamps: Vec::new(),
+                ready_at: Vec::new(),
                 age_list: promote_after.is_some(),
-                ready: StampList {
+                age: Vec::new(),
+                ready: AgeList {
                     head: NIL,
                     tail: NIL,
                 },
@@ -656,11 +665,9 @@ impl<K> State<K> {
     fn make_ready(&mut self, slot: u32, priority: i32, now: Option<Instant>) {
         self.link_ready(slot, priority);
         if let Some(t) = &mut self.times {
-            let at = now.unwrap_or_else(Instant::now);
+            t.ready_at[slot as usize] = now.unwrap_or_else(Instant::now);
             if t.age_list {
-                t.push_back(slot, at);
-            } else {
-                t.stamps[slot as usize].at = at;
+                t.push_back(slot);
             }
         }
     }
@@ -872,7 +879,7 @@ impl<K> State<K> {
         let mut slot = NIL;
         if let (Some(age), Some(t), Some(now)) = (self.promote_after, &self.times, now) {
             let oldest = t.ready.head;
-            if oldest != NIL && now.saturating_duration_since(t.stamps[oldest as usize].at) >= age {
+            if oldest != NIL && now.saturating_duration_since(t.ready_at[oldest as usize]) >= age {
                 slot = oldest;
             }
         }
@@ -889,7 +896,7 @@ impl<K> State<K> {
         let mut ready_at = None;
         let mut lease = NIL;
         if let Some(t) = &mut self.times {
-            ready_at = Some(t.stamps[slot as usize].at);
+            ready_at = Some(t.ready_at[slot as usize]);
             if t.age_list {
                 t.unlink(slot);
             }
@@ -923,7 +930,7 @@ impl<K> State<K> {
     /// that another consumer thread may be about to write.
     #[inline]
     fn prefetch_head(&self, level: usize) {
-        /// Slots from which the nodes, stamps and index outgrow a core's
+        /// Slots from which the nodes, ready times and index outgrow a core's
         /// L2 cache (about 60 bytes a slot).
         const LARGE: usize = 1 << 15;
         if self.nodes.len() < LARGE {
@@ -941,7 +948,7 @@ impl<K> State<K> {
         }
         self.layout.prefetch(wide(node.hash));
         if let Some(t) = &self.times {
-            prefetch::prefetch(std::ptr::from_ref(&t.stamps[next as usize]).addr());
+            prefetch::prefetch(std::ptr::from_ref(&t.ready_at[next as usize]).addr());
         }
     }
 
@@ -1030,16 +1037,15 @@ impl<K> State<K> {
 }
 
 impl Times {
-    /// Links `slot`, ready since `at`, at the young end of the age list.
-    fn push_back(&mut self, slot: u32, at: Instant) {
+    /// Links `slot`, just made ready, at the young end of the age list.
+    fn push_back(&mut self, slot: u32) {
         let tail = self.ready.tail;
-        self.stamps[slot as usize] = Stamp {
-            at,
+        self.age[slot as usize] = AgeLinks {
             prev: tail,
             next: NIL,
         };
         if tail != NIL {
-            self.stamps[tail as usize].next = slot;
+            self.age[tail as usize].next = slot;
         } else {
             self.ready.head = slot;
         }
@@ -1047,14 +1053,14 @@ impl Times {
     }
 
     fn unlink(&mut self, slot: u32) {
-        let Stamp { prev, next, .. } = self.stamps[slot as usize];
+        let AgeLinks { prev, next } = self.age[slot as usize];
         if prev != NIL {
-            self.stamps[prev as usize].next = next;
+            self.age[prev as usize].next = next;
         } else {
             self.ready.head = next;
         }
         if next != NIL {
-            self.stamps[next as usize].prev = prev;
+            self.age[next as usize].prev = prev;
         } else {
             self.ready.tail = prev;
         }

@@ -119,10 +119,10 @@
 //! clock for them. With this hook:
 //!
 //! - each key made ready and each hand-out reads tokio's clock once, and each
-//!   lease end once more; the queue keeps a ready time per key slot (24
-//!   bytes with the two links a starvation bound uses to find the oldest
-//!   ready key) and a start time per lease in flight, in a small table of
-//!   its own that a scrape reads;
+//!   lease end once more; the queue keeps a ready time per key slot (16
+//!   bytes; a starvation bound adds two links to find the oldest ready
+//!   key) and a start time per lease in flight, in a small table of its
+//!   own that a scrape reads;
 //! - an add or a retry is one relaxed atomic increment; a hand-out and a lease
 //!   end each observe a histogram whose buckets are atomic counters, sharded
 //!   by thread on cache lines of their own, so workers on different threads
