@@ -1070,7 +1070,7 @@ const W6_VARIANTS: [(&str, &str); 5] = [
 
 fn w6(cfg: &Config, report: &mut Report) {
     for (imp, workload) in W6_VARIANTS {
-        if !cfg.wants(workload) || cfg.imp.as_ref().is_some_and(|i| !imp.contains(i.as_str())) {
+        if !cfg.wants(workload) || !cfg.runs_impl(imp) {
             continue;
         }
         eprintln!("running {workload} for {imp}...");
