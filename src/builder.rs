@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::hash::Hash;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::WorkQueue;
@@ -101,6 +102,38 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Builder<K> {
             self.starvation_bound,
             self.throttle,
         )
+    }
+}
+
+impl<K: Clone + Eq + Hash + Send + Sync + 'static> Builder<K> {
+    /// The name given to [`name`](Self::name) (empty by default).
+    pub(crate) fn get_name(&self) -> &str {
+        &self.name
+    }
+
+    /// `n` builders for the partitions of one queue: they share this one's
+    /// rate limiter, metrics hook and throttle, keep its starvation bound,
+    /// and are named `{name}-{i}` when it has a name.
+    pub(crate) fn split(self, n: usize) -> Vec<Builder<K>> {
+        let limiter: Arc<dyn RateLimiter<K>> = match self.limiter {
+            Some(limiter) => Arc::from(limiter),
+            None => Arc::new(default_controller_rate_limiter()),
+        };
+        let metrics: Option<Arc<dyn MetricsHook>> = self.metrics.map(Arc::from);
+        let throttle: Option<Arc<dyn Throttle>> = self.throttle.map(Arc::from);
+        (0..n)
+            .map(|i| Builder {
+                name: if self.name.is_empty() {
+                    String::new()
+                } else {
+                    format!("{}-{i}", self.name)
+                },
+                limiter: Some(Box::new(limiter.clone())),
+                metrics: metrics.clone().map(|m| Box::new(m) as Box<dyn MetricsHook>),
+                starvation_bound: self.starvation_bound,
+                throttle: throttle.clone().map(|t| Box::new(t) as Box<dyn Throttle>),
+            })
+            .collect()
     }
 }
 

@@ -99,13 +99,23 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkItem<K> {
     ///
     /// After shutdown, or without a tokio runtime, the requeue is refused
     /// with an error, no failure is counted, and the lease still ends.
-    pub fn requeue_rate_limited(mut self) -> Result<(), AddError> {
+    pub fn requeue_rate_limited(self) -> Result<(), AddError> {
+        self.requeue_rate_limited_after(Duration::ZERO)
+    }
+
+    /// Adds the key again after the longer of `at_least` and the rate
+    /// limiter's delay for it (counting a failure and a retry), then ends
+    /// the lease: an error policy's delay that never undercuts the per-key
+    /// backoff.
+    ///
+    /// Refused like [`requeue_rate_limited`](Self::requeue_rate_limited).
+    pub fn requeue_rate_limited_after(mut self, at_least: Duration) -> Result<(), AddError> {
         // Refused before the limiter records a failure for nothing; the
         // lease still ends.
         if let Err(e) = self.shared.can_rate_limit() {
             return self.end(None, false).and(Err(e));
         }
-        let delay = self.shared.limiter.when(&self.key);
+        let delay = self.shared.limiter.when(&self.key).max(at_least);
         let when = self.when(delay);
         self.end(Some(when), true)
     }

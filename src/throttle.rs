@@ -16,3 +16,10 @@ impl Throttle for crate::limiter::TokenBucket {
         crate::limiter::TokenBucket::try_acquire(self)
     }
 }
+
+// Partitions built from one builder share one throttle.
+impl<T: Throttle + ?Sized> Throttle for std::sync::Arc<T> {
+    fn try_acquire(&self) -> Result<(), Duration> {
+        (**self).try_acquire()
+    }
+}

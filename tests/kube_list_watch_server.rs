@@ -1,6 +1,6 @@
 //! End to end: a real `kube::Client` and kube-runtime `watcher` against the
 //! fake list/watch API server (tests/support), feeding a queue through the
-//! adapter, with `run_controller` reconciling. Checks that every object is
+//! adapter, with a key-only worker loop reconciling. Checks that every object is
 //! reconciled (changes, deletes, a re-list and a missed delete included),
 //! that initial-list objects wait behind fresh changes, and that no object
 //! is reconciled twice at once.
@@ -23,9 +23,7 @@ use kube_runtime::{WatchStreamExt, watcher};
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio_workqueue::WorkQueue;
-use tokio_workqueue::kube::{
-    Action, Cause, EnqueueError, Enqueued, ObjectRef, Reconciled, WatchQueueExt, run_controller,
-};
+use tokio_workqueue::kube::{Action, Cause, EnqueueError, Enqueued, ObjectRef, WatchQueueExt};
 
 type Key = ObjectRef<ConfigMap>;
 
@@ -143,19 +141,26 @@ fn reconciler(
             let found = found?;
             let v = found.and_then(|cm| cm.data.and_then(|d| d.get("v").cloned()));
             obs.seen.lock().unwrap().entry(name).or_default().push(v);
-            Ok(Action::Done)
+            Ok(Action::await_change())
         })
     }
 }
 
-/// Runs the controller on a task; returns its results channel, a shutdown
-/// trigger and the task.
+/// One finished reconcile: the key and the priority it was handed out with.
+struct Reconciled {
+    key: Key,
+    priority: i32,
+}
+
+/// Runs a key-only worker loop on a task (reconcile, requeue with backoff on
+/// error, drain on stop); returns its results channel, a shutdown trigger
+/// and the task.
 fn start_controller<F, Fut>(
     queue: WorkQueue<Key>,
     concurrency: usize,
-    reconcile: F,
+    mut reconcile: F,
 ) -> (
-    mpsc::UnboundedReceiver<Reconciled<Key, kube_client::Error>>,
+    mpsc::UnboundedReceiver<Reconciled>,
     oneshot::Sender<()>,
     JoinHandle<()>,
 )
@@ -165,11 +170,29 @@ where
 {
     let (tx, rx) = mpsc::unbounded_channel();
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
-    let controller = run_controller(queue, concurrency, reconcile).shutdown_on(stop_rx);
-    let task = tokio::spawn(controller.for_each(move |r| {
-        let _ = tx.send(r);
-        async {}
-    }));
+    let drain = queue.clone();
+    tokio::spawn(async move {
+        let _ = stop_rx.await;
+        drain.shutdown_with_drain().await;
+    });
+    let task = tokio::spawn(
+        queue
+            .clone()
+            .map(move |item| (reconcile(item.key().clone()), item))
+            .for_each_concurrent(concurrency, move |(reconciling, item)| {
+                let tx = tx.clone();
+                async move {
+                    let (key, priority) = (item.key().clone(), item.priority());
+                    match reconciling.await {
+                        Ok(_) => item.forget(),
+                        Err(_) => {
+                            let _ = item.requeue_rate_limited();
+                        }
+                    }
+                    let _ = tx.send(Reconciled { key, priority });
+                }
+            }),
+    );
     (rx, stop_tx, task)
 }
 

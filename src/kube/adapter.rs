@@ -1,6 +1,6 @@
 //! From kube-runtime watcher events to queue adds.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::fmt;
 use std::hash::Hash;
 use std::marker::PhantomData;
@@ -12,6 +12,7 @@ use kube_client::Resource;
 use kube_runtime::reflector::ObjectRef;
 use kube_runtime::watcher::{self, Event};
 
+use super::triage::{Cause, Triage};
 use crate::{AddError, AddOpts, Lane, WorkQueue};
 
 /// The priorities a [`WatchAdapter`] adds keys with, one per [`Cause`].
@@ -77,26 +78,6 @@ impl WatchPriorities {
     }
 }
 
-/// Why a [`WatchAdapter`] added a key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Cause {
-    /// The object came with the watcher's first list (`InitApply` before the
-    /// first `InitDone`).
-    InitialList,
-    /// The object came again (a re-list's `InitApply` or an `Apply`) with the
-    /// `resourceVersion` it had last time.
-    Unchanged,
-    /// The object is new or its `resourceVersion` changed (`Apply`, or a
-    /// re-list's `InitApply`).
-    Changed,
-    /// The object was deleted (`Delete`).
-    Deleted,
-    /// The object was known but a re-list did not show it: its delete event
-    /// was missed while the watch was down.
-    MissingAfterRelist,
-}
-
 /// One key a [`WatchAdapter`] added to its queue.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Enqueued<K> {
@@ -145,16 +126,6 @@ impl<K: fmt::Debug> std::error::Error for EnqueueError<K> {
             EnqueueError::Refused { error, .. } => Some(error),
         }
     }
-}
-
-/// The identity of a watched object: namespace and name.
-type ObjectId = (Option<String>, String);
-
-/// What the adapter remembers of an object it has seen.
-#[derive(Debug, Clone)]
-struct Seen<K> {
-    key: K,
-    resource_version: Option<String>,
 }
 
 /// The default key function: the object's [`ObjectRef`].
@@ -222,13 +193,7 @@ pub struct WatchAdapter<T, K = ObjectRef<T>, F = ObjectRefFn<T>> {
     queue: WorkQueue<K>,
     key_fn: F,
     priorities: WatchPriorities,
-    relist_deletions: bool,
-    /// Every object seen and not deleted since.
-    seen: HashMap<ObjectId, Seen<K>>,
-    /// Objects listed since the last `Init`, while a list is in progress.
-    listing: Option<HashSet<ObjectId>>,
-    /// Whether a first list has completed.
-    synced: bool,
+    triage: Triage<K>,
     /// Results of the last event, not yet handed out.
     out: VecDeque<Result<Enqueued<K>, EnqueueError<K>>>,
     _object: PhantomData<fn(&T)>,
@@ -238,10 +203,10 @@ impl<T, K, F> fmt::Debug for WatchAdapter<T, K, F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("WatchAdapter")
             .field("priorities", &self.priorities)
-            .field("relist_deletions", &self.relist_deletions)
-            .field("objects_seen", &self.seen.len())
-            .field("listing", &self.listing.as_ref().map(HashSet::len))
-            .field("synced", &self.synced)
+            .field("relist_deletions", &self.triage.relist_deletions_enabled())
+            .field("objects_seen", &self.triage.objects_seen())
+            .field("listing", &self.triage.listing_len())
+            .field("synced", &self.triage.is_synced())
             .finish_non_exhaustive()
     }
 }
@@ -272,10 +237,7 @@ where
             queue,
             key_fn,
             priorities: WatchPriorities::default(),
-            relist_deletions: true,
-            seen: HashMap::new(),
-            listing: None,
-            synced: false,
+            triage: Triage::new(),
             out: VecDeque::new(),
             _object: PhantomData,
         }
@@ -290,7 +252,7 @@ where
     /// Whether objects that a re-list no longer shows are added as
     /// [`Cause::MissingAfterRelist`] when the list completes (on by default).
     pub fn relist_deletions(mut self, enabled: bool) -> Self {
-        self.relist_deletions = enabled;
+        self.triage.relist_deletions(enabled);
         self
     }
 
@@ -327,126 +289,39 @@ where
     }
 
     fn process(&mut self, event: Event<T>) {
-        match event {
-            Event::Init => self.listing = Some(HashSet::new()),
-            Event::InitApply(object) => {
-                let id = object_id(&object);
-                self.listing
-                    .get_or_insert_with(HashSet::new)
-                    .insert(id.clone());
-                let synced = self.synced;
-                self.apply(id, &object, |same| {
-                    if !synced {
-                        Cause::InitialList
-                    } else if same {
-                        Cause::Unchanged
-                    } else {
-                        Cause::Changed
-                    }
-                });
-            }
-            Event::Apply(object) => {
-                let id = object_id(&object);
-                self.apply(id, &object, |same| {
-                    if same {
-                        Cause::Unchanged
-                    } else {
-                        Cause::Changed
-                    }
-                });
-            }
-            Event::Delete(object) => {
-                let id = object_id(&object);
-                let key = match self.seen.remove(&id) {
-                    // The object may have moved keys since it was last seen;
-                    // a key function looks at the object as it is now.
-                    Some(seen) => seen.key,
-                    None => (self.key_fn)(&object),
-                };
-                if let Some(listing) = &mut self.listing {
-                    listing.remove(&id);
-                }
-                self.add(key, Cause::Deleted);
-            }
-            Event::InitDone => {
-                let listed = self.listing.take().unwrap_or_default();
-                if self.relist_deletions {
-                    let missing: Vec<ObjectId> = self
-                        .seen
-                        .keys()
-                        .filter(|id| !listed.contains(*id))
-                        .cloned()
-                        .collect();
-                    for id in missing {
-                        if let Some(seen) = self.seen.remove(&id) {
-                            self.add(seen.key, Cause::MissingAfterRelist);
-                        }
-                    }
-                } else {
-                    self.seen.retain(|id, _| listed.contains(id));
-                }
-                self.synced = true;
-            }
-        }
-    }
-
-    /// Records `object` and adds its key; `cause(same_version)` decides why.
-    fn apply(&mut self, id: ObjectId, object: &T, cause: impl FnOnce(bool) -> Cause) {
-        let key = (self.key_fn)(object);
-        let resource_version = object.meta().resource_version.clone();
-        let same = match self.seen.get(&id) {
-            Some(seen) => {
-                seen.key == key
-                    && resource_version.is_some()
-                    && seen.resource_version == resource_version
-            }
-            None => false,
-        };
-        let cause = cause(same);
-        if self.add(key.clone(), cause) {
-            self.seen.insert(
-                id,
-                Seen {
-                    key,
-                    resource_version,
-                },
-            );
-        }
-    }
-
-    /// Adds `key` for `cause`, records the outcome, and tells whether the
-    /// queue took it.
-    fn add(&mut self, key: K, cause: Cause) -> bool {
-        let priority = self.priorities.for_cause(cause);
-        match self
-            .queue
-            .add_with(key.clone(), AddOpts::default().priority(priority))
-        {
-            Ok(()) => {
-                self.out.push_back(Ok(Enqueued {
-                    key,
-                    priority,
-                    cause,
-                }));
-                true
-            }
-            Err(error) => {
-                self.out
-                    .push_back(Err(EnqueueError::Refused { key, error, cause }));
-                false
-            }
-        }
+        let key_fn = &mut self.key_fn;
+        let (queue, priorities, out) = (&self.queue, &self.priorities, &mut self.out);
+        self.triage.event(event, key_fn, |key, cause| {
+            add(queue, priorities, out, key, cause)
+        });
     }
 }
 
-fn object_id<T: Resource>(object: &T) -> ObjectId {
-    let meta = object.meta();
-    (
-        meta.namespace.clone(),
-        meta.name.clone().unwrap_or_default(),
-    )
+/// Adds `key` for `cause` with its priority, records the outcome in `out`,
+/// and tells whether the queue took it.
+fn add<K: Clone + Eq + Hash + Send + Sync + 'static>(
+    queue: &WorkQueue<K>,
+    priorities: &WatchPriorities,
+    out: &mut VecDeque<Result<Enqueued<K>, EnqueueError<K>>>,
+    key: K,
+    cause: Cause,
+) -> bool {
+    let priority = priorities.for_cause(cause);
+    match queue.add_with(key.clone(), AddOpts::default().priority(priority)) {
+        Ok(()) => {
+            out.push_back(Ok(Enqueued {
+                key,
+                priority,
+                cause,
+            }));
+            true
+        }
+        Err(error) => {
+            out.push_back(Err(EnqueueError::Refused { key, error, cause }));
+            false
+        }
+    }
 }
-
 /// The stream returned by [`WatchAdapter::watch`] and
 /// [`WatchQueueExt::enqueue`]: drives the watcher and adds its objects to the
 /// queue, yielding each added key or error.

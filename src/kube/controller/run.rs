@@ -1,0 +1,631 @@
+//! The running controller: triggers in, reconciles out, one stream.
+//!
+//! [`Runner`] is the stream [`Controller::run`](super::Controller::run)
+//! returns. Each poll moves everything along, in this order: shutdown
+//! signals; triggers become queue adds; once the store's first list is
+//! complete, free workers take keys from the queue; finished reconciles are
+//! settled (requeued or forgotten) and reported. Keys wait in the queue, not
+//! in a channel or a task, until a worker is free, so they come out by
+//! priority, then FIFO, even when every worker is busy.
+//!
+//! Reconciles run on their own tokio tasks, as in kube-runtime, but the
+//! key's lease stays with the runner: the key is settled before its lease
+//! ends, so it can never be handed out twice at once. Dropping the stream
+//! aborts the tasks in flight and ends their leases.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::hash::Hash;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures_core::Stream;
+use futures_util::future::BoxFuture;
+use futures_util::stream::FuturesUnordered;
+use futures_util::{FutureExt, StreamExt, TryFuture, TryFutureExt};
+use kube_client::Resource;
+use kube_runtime::controller::{Action, Error, ReconcileReason};
+use kube_runtime::reflector::{ObjectRef, Store};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::error::{ControllerError, RunResult};
+use super::settings::requeue_after;
+use super::triggers::{Trigger, TriggerStream};
+use crate::kube::WatchPriorities;
+use crate::{AddError, AddOpts, Partitioned, WorkItem, WorkQueue};
+
+/// How many trigger events one poll takes before it lets the rest of the
+/// stream (and the runtime) have a turn.
+const TRIGGER_BUDGET: usize = 256;
+
+/// What the controller hands keys out of: one queue, or one per partition.
+pub(crate) enum Work<K> {
+    One(WorkQueue<K>),
+    Partitioned(Partitioned<K>),
+}
+
+impl<K: Clone + Eq + Hash + Send + Sync + 'static> Work<K> {
+    fn add_with(&self, key: K, opts: AddOpts) -> Result<(), AddError> {
+        match self {
+            Work::One(queue) => queue.add_with(key, opts),
+            Work::Partitioned(queues) => queues.add_with(key, opts),
+        }
+    }
+
+    fn shutdown(&self) {
+        match self {
+            Work::One(queue) => queue.shutdown(),
+            Work::Partitioned(queues) => queues.shutdown(),
+        }
+    }
+
+    /// Each queue to take keys from, with how many may be in flight from it.
+    fn sources(&self, concurrency: usize) -> Vec<Pull<K>> {
+        let pull = |queue: &WorkQueue<K>, limit| Pull {
+            queue: queue.clone(),
+            limit,
+            in_flight: 0,
+            ended: false,
+        };
+        match self {
+            Work::One(queue) => vec![pull(queue, concurrency)],
+            // One key at a time per partition, in order.
+            Work::Partitioned(queues) => queues.queues().iter().map(|q| pull(q, 1)).collect(),
+        }
+    }
+}
+
+/// One queue the runner takes keys from.
+struct Pull<K> {
+    queue: WorkQueue<K>,
+    limit: usize,
+    in_flight: usize,
+    ended: bool,
+}
+
+/// Settings fixed when the controller starts.
+pub(crate) struct Settings {
+    pub(crate) priorities: WatchPriorities,
+    pub(crate) concurrency: usize,
+    pub(crate) debounce: Duration,
+    pub(crate) reconcile_timeout: Option<Duration>,
+    #[cfg(feature = "prometheus")]
+    pub(crate) metrics: Option<super::metrics::Recorder>,
+}
+
+/// How a reconcile ended.
+enum Outcome<E> {
+    Done(Result<Action, E>),
+    Panicked(String),
+    TimedOut(Duration),
+    /// The task was cancelled (its runtime is shutting down).
+    Cancelled,
+}
+
+/// A reconcile that ended, with the lease on its key.
+struct Finished<K: Resource, E> {
+    item: WorkItem<ObjectRef<K>>,
+    object: Arc<K>,
+    source: usize,
+    outcome: Outcome<E>,
+    took: Duration,
+}
+
+/// Aborts the reconcile task when the runner drops it.
+struct AbortOnDrop<T>(JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Taking triggers and keys.
+    Running,
+    /// Graceful shutdown: no more triggers or delayed keys; the keys already
+    /// ready are still reconciled.
+    Draining,
+    /// No new reconciles; those in flight finish.
+    Stopping,
+}
+
+/// The stream returned by [`Controller::run`](super::Controller::run).
+#[must_use = "streams do nothing unless polled"]
+pub struct Runner<K, Ctx, Rec, Pol, Fut>
+where
+    K: Resource + 'static,
+    K::DynamicType: Eq + Hash,
+    Fut: TryFuture,
+    Fut::Error: 'static,
+{
+    triggers: Option<TriggerStream<K>>,
+    work: Work<ObjectRef<K>>,
+    pulls: Vec<Pull<ObjectRef<K>>>,
+    store: Store<K>,
+    ready: Option<BoxFuture<'static, ()>>,
+    in_flight: FuturesUnordered<BoxFuture<'static, Finished<K, Fut::Error>>>,
+    out: VecDeque<RunResult<K, Fut::Error>>,
+    /// Why each queued key was queued (the first reason wins, except that a
+    /// retry's reason gives way to a fresh trigger).
+    reasons: HashMap<ObjectRef<K>, (ReconcileReason, bool)>,
+    graceful: Option<BoxFuture<'static, ()>>,
+    forceful: Option<BoxFuture<'static, ()>>,
+    phase: Phase,
+    settings: Settings,
+    reconciler: Rec,
+    error_policy: Pol,
+    context: Arc<Ctx>,
+}
+
+impl<K, Ctx, Rec, Pol, Fut> fmt::Debug for Runner<K, Ctx, Rec, Pol, Fut>
+where
+    K: Resource + 'static,
+    K::DynamicType: Eq + Hash,
+    Fut: TryFuture,
+    Fut::Error: 'static,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Runner")
+            .field("phase", &self.phase)
+            .field("store_ready", &self.ready.is_none())
+            .field("in_flight", &self.in_flight.len())
+            .field("concurrency", &self.settings.concurrency)
+            .finish_non_exhaustive()
+    }
+}
+
+// Every future and stream inside is boxed.
+impl<K, Ctx, Rec, Pol, Fut> Unpin for Runner<K, Ctx, Rec, Pol, Fut>
+where
+    K: Resource + 'static,
+    K::DynamicType: Eq + Hash,
+    Fut: TryFuture,
+    Fut::Error: 'static,
+{
+}
+
+impl<K, Ctx, Rec, Pol, Fut> Runner<K, Ctx, Rec, Pol, Fut>
+where
+    K: Clone + Resource + fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Clone + Eq + Hash + fmt::Debug + Send + Sync + Unpin + 'static,
+    Ctx: Send + Sync + 'static,
+    Rec: FnMut(Arc<K>, Arc<Ctx>) -> Fut,
+    Pol: Fn(Arc<K>, &Fut::Error, Arc<Ctx>) -> Action,
+    Fut: TryFuture<Ok = Action> + Send + 'static,
+    Fut::Error: std::error::Error + Send + 'static,
+{
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        triggers: TriggerStream<K>,
+        work: Work<ObjectRef<K>>,
+        store: Store<K>,
+        graceful: Option<BoxFuture<'static, ()>>,
+        forceful: Option<BoxFuture<'static, ()>>,
+        settings: Settings,
+        reconciler: Rec,
+        error_policy: Pol,
+        context: Arc<Ctx>,
+    ) -> Self {
+        let pulls = work.sources(settings.concurrency);
+        #[cfg(feature = "prometheus")]
+        if let Some(metrics) = &settings.metrics {
+            let slots = pulls.iter().map(|p| p.limit).sum();
+            metrics.max_concurrent(slots);
+        }
+        let waiting = store.clone();
+        Runner {
+            triggers: Some(triggers),
+            work,
+            pulls,
+            store,
+            ready: Some(
+                async move {
+                    // A dropped writer means the main watcher is gone: no
+                    // list will complete, and every key reads as missing.
+                    let _ = waiting.wait_until_ready().await;
+                }
+                .boxed(),
+            ),
+            in_flight: FuturesUnordered::new(),
+            out: VecDeque::new(),
+            reasons: HashMap::new(),
+            graceful,
+            forceful,
+            phase: Phase::Running,
+            settings,
+            reconciler,
+            error_policy,
+            context,
+        }
+    }
+
+    /// Stops taking triggers; `stop` also stops taking keys.
+    fn shut_down(&mut self, phase: Phase) {
+        if self.phase == Phase::Running || phase == Phase::Stopping {
+            self.phase = phase;
+        }
+        self.triggers = None;
+        self.work.shutdown();
+        tracing::debug!(phase = ?self.phase, "controller shutting down");
+    }
+
+    fn poll_signals(&mut self, cx: &mut Context<'_>) {
+        if let Some(forceful) = &mut self.forceful
+            && forceful.as_mut().poll(cx).is_ready()
+        {
+            self.forceful = None;
+            self.shut_down(Phase::Stopping);
+        }
+        if let Some(graceful) = &mut self.graceful
+            && graceful.as_mut().poll(cx).is_ready()
+        {
+            self.graceful = None;
+            self.shut_down(Phase::Draining);
+        }
+    }
+
+    /// Turns pending triggers into adds; tells whether it stopped early
+    /// with triggers left.
+    fn poll_triggers(&mut self, cx: &mut Context<'_>) -> bool {
+        for _ in 0..TRIGGER_BUDGET {
+            let Some(triggers) = &mut self.triggers else {
+                return false;
+            };
+            match triggers.poll_next_unpin(cx) {
+                Poll::Pending => return false,
+                // Like kube-runtime: when the triggers end, shut down
+                // gracefully.
+                Poll::Ready(None) => {
+                    self.shut_down(Phase::Draining);
+                    return false;
+                }
+                Poll::Ready(Some(Err(error))) => {
+                    tracing::warn!(%error, "watcher error");
+                    self.out
+                        .push_back(Err(Error::QueueError(ControllerError::Watcher(error))));
+                }
+                Poll::Ready(Some(Ok(trigger))) => self.enqueue(trigger),
+            }
+        }
+        true
+    }
+
+    fn enqueue(&mut self, trigger: Trigger<K>) {
+        let Trigger {
+            key,
+            source,
+            reason,
+        } = trigger;
+        let opts = AddOpts::default()
+            .priority(source.priority(&self.settings.priorities))
+            .after(self.settings.debounce);
+        // A refused add means the controller is shutting down: the trigger
+        // has nowhere to go, as in kube-runtime.
+        if self.work.add_with(key.clone(), opts).is_ok() {
+            match self.reasons.get(&key) {
+                Some((_, false)) => {}
+                _ => {
+                    self.reasons.insert(key, (reason, false));
+                }
+            }
+        }
+    }
+
+    /// Starts reconciles while workers are free; tells whether it started
+    /// any.
+    fn poll_work(&mut self, cx: &mut Context<'_>) -> bool {
+        if self.phase == Phase::Stopping {
+            return false;
+        }
+        if let Some(ready) = &mut self.ready {
+            if ready.as_mut().poll(cx).is_pending() {
+                return false;
+            }
+            tracing::debug!("store is ready, starting reconciles");
+            self.ready = None;
+        }
+        let mut started = false;
+        for source in 0..self.pulls.len() {
+            loop {
+                let pull = &mut self.pulls[source];
+                if pull.ended || pull.in_flight >= pull.limit {
+                    break;
+                }
+                match pull.queue.poll_next_unpin(cx) {
+                    Poll::Pending => break,
+                    Poll::Ready(None) => pull.ended = true,
+                    Poll::Ready(Some(item)) => {
+                        pull.in_flight += 1;
+                        self.start(source, item);
+                        started = true;
+                    }
+                }
+            }
+        }
+        started
+    }
+
+    fn start(&mut self, source: usize, item: WorkItem<ObjectRef<K>>) {
+        let key = item.key().clone();
+        let reason = self
+            .reasons
+            .remove(&key)
+            .map_or(ReconcileReason::Unknown, |(reason, _)| reason);
+        let Some(object) = self.store.get(&key) else {
+            // kube-runtime's rule: cleanup of a deleted object goes through
+            // finalizers, so a key whose object has left the store is
+            // reported, not reconciled.
+            item.forget();
+            drop(item);
+            self.pulls[source].in_flight -= 1;
+            self.out
+                .push_back(Err(Error::ObjectNotFound(Box::new(key.erase()))));
+            return;
+        };
+        let span = tracing::info_span!(
+            "reconciling object",
+            "object.ref" = %key,
+            object.reason = %reason,
+        );
+        let made = {
+            let _entered = span.enter();
+            std::panic::catch_unwind(AssertUnwindSafe(|| {
+                (self.reconciler)(object.clone(), self.context.clone())
+            }))
+        };
+        let timeout = self.settings.reconcile_timeout;
+        let finished: BoxFuture<'static, Finished<K, Fut::Error>> = match made {
+            Ok(future) => {
+                let mut task = AbortOnDrop(tokio::spawn(
+                    run_one(TryFutureExt::into_future(future), timeout).instrument(span),
+                ));
+                async move {
+                    let (outcome, took) = match (&mut task.0).await {
+                        Ok(ended) => ended,
+                        Err(e) if e.is_panic() => (
+                            Outcome::Panicked(panic_message(&*e.into_panic())),
+                            Duration::ZERO,
+                        ),
+                        Err(_) => (Outcome::Cancelled, Duration::ZERO),
+                    };
+                    Finished {
+                        item,
+                        object,
+                        source,
+                        outcome,
+                        took,
+                    }
+                }
+                .boxed()
+            }
+            // Making the future ran user code too, and it panicked.
+            Err(panic) => std::future::ready(Finished {
+                item,
+                object,
+                source,
+                outcome: Outcome::Panicked(panic_message(&*panic)),
+                took: Duration::ZERO,
+            })
+            .boxed(),
+        };
+        self.in_flight.push(finished);
+    }
+
+    /// Settles a finished reconcile: requeue or forget, then report.
+    fn settle(&mut self, finished: Finished<K, Fut::Error>) {
+        let Finished {
+            item,
+            object,
+            source,
+            outcome,
+            took,
+        } = finished;
+        self.pulls[source].in_flight -= 1;
+        let key = item.key().clone();
+        #[cfg(feature = "prometheus")]
+        if let Some(metrics) = &self.settings.metrics {
+            metrics.finished(&outcome_label(&outcome), took);
+        }
+        #[cfg(not(feature = "prometheus"))]
+        let _ = took;
+        let report = match outcome {
+            Outcome::Done(Ok(action)) => {
+                // Success forgets the key's failures (kube-rs#1916).
+                item.forget();
+                match requeue_after(&action) {
+                    Ok(None) => Ok((key, action)),
+                    Ok(Some(delay)) => match item.requeue_after(delay) {
+                        Ok(()) => {
+                            self.note_retry(&key, ReconcileReason::ReconcilerRequestedRetry);
+                            Ok((key, action))
+                        }
+                        Err(error) => refused(key, error),
+                    },
+                    Err(text) => self.unreadable(item, key, text),
+                }
+            }
+            Outcome::Done(Err(error)) => {
+                let action = (self.error_policy)(object, &error, self.context.clone());
+                match requeue_after(&action) {
+                    // The error policy asked for nothing: wait for a change.
+                    Ok(None) => {}
+                    Ok(Some(delay)) => {
+                        if let Err(e) = item.requeue_rate_limited_after(delay) {
+                            self.out.push_back(refused(key.clone(), e));
+                        } else {
+                            self.note_retry(&key, ReconcileReason::ErrorPolicyRequestedRetry);
+                        }
+                    }
+                    Err(text) => {
+                        let report = self.unreadable(item, key.clone(), text);
+                        self.out.push_back(report);
+                    }
+                }
+                Err(Error::ReconcilerFailed(error, Box::new(key.erase())))
+            }
+            Outcome::Panicked(message) => {
+                tracing::error!(object.ref = %key, %message, "reconcile panicked");
+                self.retry_failed(item, &key);
+                Err(Error::QueueError(ControllerError::ReconcilePanicked {
+                    object: Box::new(key.erase()),
+                    message,
+                }))
+            }
+            Outcome::TimedOut(after) => {
+                tracing::warn!(object.ref = %key, ?after, "reconcile timed out");
+                self.retry_failed(item, &key);
+                Err(Error::QueueError(ControllerError::ReconcileTimedOut {
+                    object: Box::new(key.erase()),
+                    after,
+                }))
+            }
+            Outcome::Cancelled => {
+                self.retry_failed(item, &key);
+                return;
+            }
+        };
+        self.out.push_back(report);
+    }
+
+    /// Requeues a key whose reconcile failed without an error value (panic,
+    /// timeout): through the rate limiter, as an error.
+    fn retry_failed(&mut self, item: WorkItem<ObjectRef<K>>, key: &ObjectRef<K>) {
+        match item.requeue_rate_limited() {
+            Ok(()) => self.note_retry(key, ReconcileReason::ErrorPolicyRequestedRetry),
+            Err(error) => self.out.push_back(refused(key.clone(), error)),
+        }
+    }
+
+    fn unreadable(
+        &mut self,
+        item: WorkItem<ObjectRef<K>>,
+        key: ObjectRef<K>,
+        action: String,
+    ) -> RunResult<K, Fut::Error> {
+        tracing::error!(object.ref = %key, %action, "could not read the action; requeued with backoff");
+        self.retry_failed(item, &key);
+        Err(Error::QueueError(ControllerError::UnreadableAction {
+            object: Box::new(key.erase()),
+            action,
+        }))
+    }
+
+    fn note_retry(&mut self, key: &ObjectRef<K>, reason: ReconcileReason) {
+        self.reasons.entry(key.clone()).or_insert((reason, true));
+    }
+
+    /// Whether the run is over: shut down, nothing in flight, and (when
+    /// draining) every queue handed out all it had.
+    fn finished(&self) -> bool {
+        self.phase != Phase::Running
+            && self.in_flight.is_empty()
+            && (self.phase == Phase::Stopping
+                || self.ready.is_some()
+                || self.pulls.iter().all(|p| p.ended))
+    }
+}
+
+fn refused<K: Resource, E>(key: ObjectRef<K>, error: AddError) -> RunResult<K, E> {
+    Err(Error::QueueError(ControllerError::RequeueRefused {
+        object: Box::new(key.erase()),
+        error,
+    }))
+}
+
+/// Runs one reconcile to its end, catching a panic and applying the
+/// timeout.
+async fn run_one<F, E>(future: F, timeout: Option<Duration>) -> (Outcome<E>, Duration)
+where
+    F: std::future::Future<Output = Result<Action, E>>,
+{
+    let started = Instant::now();
+    let caught = AssertUnwindSafe(future).catch_unwind();
+    let ended = match timeout {
+        Some(limit) => match tokio::time::timeout(limit, caught).await {
+            Ok(ended) => ended,
+            Err(_) => return (Outcome::TimedOut(limit), started.elapsed()),
+        },
+        None => caught.await,
+    };
+    let outcome = match ended {
+        Ok(result) => Outcome::Done(result),
+        Err(panic) => Outcome::Panicked(panic_message(&*panic)),
+    };
+    (outcome, started.elapsed())
+}
+
+#[cfg(feature = "prometheus")]
+fn outcome_label<E>(outcome: &Outcome<E>) -> super::metrics::Result {
+    use super::metrics::Result as R;
+    match outcome {
+        Outcome::Done(Ok(action)) => match requeue_after(action) {
+            Ok(None) => R::Success,
+            Ok(Some(_)) => R::RequeueAfter,
+            Err(_) => R::Error,
+        },
+        Outcome::Done(Err(_)) | Outcome::TimedOut(_) | Outcome::Cancelled => R::Error,
+        Outcome::Panicked(_) => R::Panic,
+    }
+}
+
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_string()
+    }
+}
+
+impl<K, Ctx, Rec, Pol, Fut> Stream for Runner<K, Ctx, Rec, Pol, Fut>
+where
+    K: Clone + Resource + fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Clone + Eq + Hash + fmt::Debug + Send + Sync + Unpin + 'static,
+    Ctx: Send + Sync + 'static,
+    Rec: FnMut(Arc<K>, Arc<Ctx>) -> Fut,
+    Pol: Fn(Arc<K>, &Fut::Error, Arc<Ctx>) -> Action,
+    Fut: TryFuture<Ok = Action> + Send + 'static,
+    Fut::Error: std::error::Error + Send + 'static,
+{
+    type Item = RunResult<K, Fut::Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        this.poll_signals(cx);
+        if this.poll_triggers(cx) {
+            // Triggers left: come back after the others had a turn.
+            cx.waker().wake_by_ref();
+        }
+        loop {
+            this.poll_work(cx);
+            let mut settled = false;
+            while let Poll::Ready(Some(finished)) = this.in_flight.poll_next_unpin(cx) {
+                this.settle(finished);
+                settled = true;
+            }
+            #[cfg(feature = "prometheus")]
+            if let Some(metrics) = &this.settings.metrics {
+                metrics.active_workers(this.in_flight.len());
+            }
+            // Settling freed workers: take more keys before reporting.
+            if !settled {
+                break;
+            }
+        }
+        if let Some(item) = this.out.pop_front() {
+            return Poll::Ready(Some(item));
+        }
+        if this.finished() {
+            return Poll::Ready(None);
+        }
+        Poll::Pending
+    }
+}
