@@ -1366,7 +1366,9 @@ fn main() {
     c1::c1(&cfg, &mut report);
     #[cfg(not(feature = "kube"))]
     if cfg.wants("C1") {
-        eprintln!("C1 skipped: it needs the `kube` feature (cargo bench --bench workloads --features prometheus,kube)");
+        eprintln!(
+            "C1 skipped: it needs the `kube` feature (cargo bench --bench workloads --features prometheus,kube)"
+        );
     }
 
     report.print_table();

@@ -75,18 +75,14 @@ struct Ctx {
     client: Client,
 }
 
+/// What a reconcile fails with: the finalizer helper's error, which
+/// carries the Kubernetes API's.
 #[derive(Debug)]
-enum Error {
-    Kube(kube::Error),
-    Finalizer(Box<kube_runtime::finalizer::Error<kube::Error>>),
-}
+struct Error(Box<kube_runtime::finalizer::Error<kube::Error>>);
 
 impl std::fmt::Display for Error {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Error::Kube(e) => write!(f, "{e}"),
-            Error::Finalizer(e) => write!(f, "{e}"),
-        }
+        self.0.fmt(f)
     }
 }
 
@@ -102,7 +98,7 @@ async fn reconcile(generator: Arc<ConfigMapGenerator>, ctx: Arc<Ctx>) -> Result<
         }
     })
     .await
-    .map_err(|e| Error::Finalizer(Box::new(e)))
+    .map_err(|e| Error(Box::new(e)))
 }
 
 /// Makes the ConfigMap what the generator asks for, then says so in status.
@@ -120,8 +116,12 @@ async fn apply(generator: &ConfigMapGenerator, ctx: &Ctx) -> Result<Action, kube
         generator.spec.content.clone(),
     )]));
     let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ns);
-    cms.patch(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&cm))
-        .await?;
+    cms.patch(
+        &name,
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(&cm),
+    )
+    .await?;
     let status = json!({ "status": GeneratorStatus {
         config_map: Some(name.clone()),
         observed_generation: generator.metadata.generation,
@@ -194,8 +194,12 @@ async fn install_crd(client: &Client) -> Result<(), Box<dyn std::error::Error>> 
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let crd = ConfigMapGenerator::crd();
     let name = crd.name_any();
-    crds.patch(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&crd))
-        .await?;
+    crds.patch(
+        &name,
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(&crd),
+    )
+    .await?;
     tokio::time::timeout(
         Duration::from_secs(30),
         await_condition(crds, &name, conditions::is_crd_established()),
@@ -256,9 +260,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let run = tokio::spawn(
         controller
-            .run(reconcile, error_policy, Arc::new(Ctx {
-                client: client.clone(),
-            }))
+            .run(
+                reconcile,
+                error_policy,
+                Arc::new(Ctx {
+                    client: client.clone(),
+                }),
+            )
             .for_each(|result| async move {
                 match result {
                     Ok((object, action)) => println!("reconciled {object}: {action:?}"),
@@ -311,7 +319,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// Waits until the ConfigMap `name` holds `content`.
-async fn wait_for(cms: &Api<ConfigMap>, name: &str, content: &str) -> Result<(), Box<dyn std::error::Error>> {
+async fn wait_for(
+    cms: &Api<ConfigMap>,
+    name: &str,
+    content: &str,
+) -> Result<(), Box<dyn std::error::Error>> {
     tokio::time::timeout(Duration::from_secs(10), async {
         loop {
             let found = cms.get_opt(name).await?;

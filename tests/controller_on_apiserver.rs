@@ -130,7 +130,10 @@ fn error_policy<K>(_: Arc<K>, _: &TestError, _: Arc<Record>) -> Action {
 /// A reconcile that records, then waits `pause`.
 fn recording(
     pause: Duration,
-) -> impl FnMut(Arc<ConfigMap>, Arc<Record>) -> futures::future::BoxFuture<'static, Result<Action, TestError>> {
+) -> impl FnMut(
+    Arc<ConfigMap>,
+    Arc<Record>,
+) -> futures::future::BoxFuture<'static, Result<Action, TestError>> {
     move |cm, record| {
         Box::pin(async move {
             let i = record.start(&cm);
@@ -147,7 +150,10 @@ fn recording(
 async fn owned_child_triggers_owner(client: Client, ns: &str) {
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
     let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
-    let owner = cms.create(&PostParams::default(), &cm("owner", "1")).await.unwrap();
+    let owner = cms
+        .create(&PostParams::default(), &cm("owner", "1"))
+        .await
+        .unwrap();
     let mut child = Secret::default();
     child.metadata.name = Some("child".into());
     child.metadata.owner_references = Some(vec![OwnerReference {
@@ -158,7 +164,10 @@ async fn owned_child_triggers_owner(client: Client, ns: &str) {
         controller: Some(true),
         ..Default::default()
     }]);
-    secrets.create(&PostParams::default(), &child).await.unwrap();
+    secrets
+        .create(&PostParams::default(), &child)
+        .await
+        .unwrap();
 
     let record = Arc::new(Record::default());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -195,17 +204,23 @@ async fn owned_child_triggers_owner(client: Client, ns: &str) {
 async fn mapper_triggers_keys(client: Client, ns: &str) {
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
     let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
-    cms.create(&PostParams::default(), &cm("target", "1")).await.unwrap();
+    cms.create(&PostParams::default(), &cm("target", "1"))
+        .await
+        .unwrap();
     let record = Arc::new(Record::default());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let namespace = ns.to_string();
     let run = spawn(
         Controller::new(cms.clone(), watcher::Config::default())
-            .watches(secrets.clone(), watcher::Config::default(), move |s: Secret| {
-                s.labels()
-                    .get("for")
-                    .map(|name| kube_runtime::reflector::ObjectRef::new(name).within(&namespace))
-            })
+            .watches(
+                secrets.clone(),
+                watcher::Config::default(),
+                move |s: Secret| {
+                    s.labels().get("for").map(|name| {
+                        kube_runtime::reflector::ObjectRef::new(name).within(&namespace)
+                    })
+                },
+            )
             .graceful_shutdown_on(async {
                 let _ = stopped.await;
             })
@@ -218,7 +233,10 @@ async fn mapper_triggers_keys(client: Client, ns: &str) {
     s.metadata.name = Some("pointer".into());
     s.metadata.labels = Some(BTreeMap::from([("for".to_string(), "target".to_string())]));
     secrets.create(&PostParams::default(), &s).await.unwrap();
-    eventually("the mapped key reconciled", || record.count("target") > before).await;
+    eventually("the mapped key reconciled", || {
+        record.count("target") > before
+    })
+    .await;
     stop.send(()).unwrap();
     tokio::time::timeout(LIMIT, run).await.unwrap().unwrap();
 }
@@ -228,7 +246,9 @@ async fn mapper_triggers_keys(client: Client, ns: &str) {
 async fn finalizer_flow(client: Client, ns: &str) {
     const NAME: &str = "example.test/cleanup";
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-    cms.create(&PostParams::default(), &cm("guarded", "1")).await.unwrap();
+    cms.create(&PostParams::default(), &cm("guarded", "1"))
+        .await
+        .unwrap();
     let cleanups = Arc::new(Mutex::new(0usize));
     let applies = Arc::new(Mutex::new(0usize));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -266,7 +286,9 @@ async fn finalizer_flow(client: Client, ns: &str) {
         assert!(Instant::now() < deadline, "the finalizer was never added");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    cms.delete("guarded", &DeleteParams::default()).await.unwrap();
+    cms.delete("guarded", &DeleteParams::default())
+        .await
+        .unwrap();
     let deadline = Instant::now() + LIMIT;
     while cms.get_opt("guarded").await.unwrap().is_some() {
         assert!(Instant::now() < deadline, "the object was never removed");
@@ -279,7 +301,11 @@ async fn finalizer_flow(client: Client, ns: &str) {
 
 /// A change made while 1,000 listed objects wait is reconciled within the
 /// first few, not after the backlog.
-async fn change_overtakes_backlog(client: Client, ns: &str, seed: impl AsyncFnOnce(&Api<ConfigMap>)) {
+async fn change_overtakes_backlog(
+    client: Client,
+    ns: &str,
+    seed: impl AsyncFnOnce(&Api<ConfigMap>),
+) {
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
     seed(&cms).await;
     let record = Arc::new(Record::default());
@@ -290,7 +316,11 @@ async fn change_overtakes_backlog(client: Client, ns: &str, seed: impl AsyncFnOn
             .graceful_shutdown_on(async {
                 let _ = stopped.await;
             })
-            .run(recording(Duration::from_millis(2)), error_policy, record.clone()),
+            .run(
+                recording(Duration::from_millis(2)),
+                error_policy,
+                record.clone(),
+            ),
     );
     eventually("the backlog started", || !record.names().is_empty()).await;
     cms.patch(
@@ -300,7 +330,10 @@ async fn change_overtakes_backlog(client: Client, ns: &str, seed: impl AsyncFnOn
     )
     .await
     .unwrap();
-    eventually("the change reconciled", || record.saw("bulk-999", "changed")).await;
+    eventually("the change reconciled", || {
+        record.saw("bulk-999", "changed")
+    })
+    .await;
     let position = record
         .runs
         .lock()
@@ -379,9 +412,16 @@ async fn relist_after_410_is_low_priority_local() {
             .graceful_shutdown_on(async {
                 let _ = stopped.await;
             })
-            .run(recording(Duration::from_millis(1)), error_policy, record.clone()),
+            .run(
+                recording(Duration::from_millis(1)),
+                error_policy,
+                record.clone(),
+            ),
     );
-    eventually("the initial list reconciled", || record.names().len() >= 300).await;
+    eventually("the initial list reconciled", || {
+        record.names().len() >= 300
+    })
+    .await;
     assert!(server.wait_for_watches(1, LIMIT).await);
     let listed = record.names().len();
     server.expire_watches();
@@ -396,7 +436,10 @@ async fn relist_after_410_is_low_priority_local() {
     eventually("the change reconciled", || record.saw("obj-299", "changed")).await;
     let after: Vec<String> = record.names()[listed..].to_vec();
     let position = after.iter().position(|n| n == "obj-299").unwrap();
-    assert!(position < 20, "the change waited behind {position} re-listed keys");
+    assert!(
+        position < 20,
+        "the change waited behind {position} re-listed keys"
+    );
     stop.send(()).unwrap();
     tokio::time::timeout(LIMIT, run).await.unwrap().unwrap();
     assert!(record.overlaps.lock().unwrap().is_empty());

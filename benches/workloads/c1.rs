@@ -118,13 +118,17 @@ async fn run_once(server: &LocalApiServer, imp: &str, n: usize, run: usize) -> (
     let before = server.requests();
     let start = Instant::now();
     let stream = match imp {
-        "tokio-workqueue" => tokio_workqueue::kube::Controller::new(api.clone(), watcher::Config::default())
-            .concurrency(CONCURRENCY)
-            .run(reconcile, error_policy, ctx.clone())
-            .map(|r| r.is_ok())
-            .boxed(),
+        "tokio-workqueue" => {
+            tokio_workqueue::kube::Controller::new(api.clone(), watcher::Config::default())
+                .concurrency(CONCURRENCY)
+                .run(reconcile, error_policy, ctx.clone())
+                .map(|r| r.is_ok())
+                .boxed()
+        }
         _ => kube_runtime::Controller::new(api.clone(), watcher::Config::default())
-            .with_config(kube_runtime::controller::Config::default().concurrency(CONCURRENCY as u16))
+            .with_config(
+                kube_runtime::controller::Config::default().concurrency(CONCURRENCY as u16),
+            )
             .run(reconcile, error_policy, ctx.clone())
             .map(|r| r.is_ok())
             .boxed(),
@@ -148,15 +152,24 @@ async fn run_once(server: &LocalApiServer, imp: &str, n: usize, run: usize) -> (
                 break;
             }
         }
-        assert!(Instant::now() < deadline, "C1 {imp}: not every object was reconciled in 120 s");
+        assert!(
+            Instant::now() < deadline,
+            "C1 {imp}: not every object was reconciled in 120 s"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     driver.abort();
     let _ = driver.await;
     let gets = server.requests().since(&before).of(Verb::Get, "configmaps");
     let seen = ctx.seen.lock().unwrap();
-    let latency = seen.changed_started.expect("checked").saturating_duration_since(written);
-    let all = seen.all_done.expect("checked").saturating_duration_since(start);
+    let latency = seen
+        .changed_started
+        .expect("checked")
+        .saturating_duration_since(written);
+    let all = seen
+        .all_done
+        .expect("checked")
+        .saturating_duration_since(start);
     (
         latency.as_secs_f64() * 1e3,
         all.as_secs_f64() * 1e3,
@@ -203,7 +216,10 @@ pub(super) fn c1(cfg: &Config, report: &mut Report) {
 pub(super) fn verdicts(report: &Report, lines: &mut Vec<(String, Option<bool>)>) {
     let m = |imp: &str, f: &str| report.median(imp, "C1", f);
     let (ours, theirs) = ("tokio-workqueue", "kube-runtime");
-    if let (Some(a), Some(b)) = (m(ours, "changed latency ms"), m(theirs, "changed latency ms")) {
+    if let (Some(a), Some(b)) = (
+        m(ours, "changed latency ms"),
+        m(theirs, "changed latency ms"),
+    ) {
         let r = a / b;
         lines.push((
             format!("C1 changed object's latency vs kube-runtime: {r:.4}x ({a:.2} vs {b:.2} ms; target <= 0.05x)"),
@@ -213,7 +229,9 @@ pub(super) fn verdicts(report: &Report, lines: &mut Vec<(String, Option<bool>)>)
     if let (Some(a), Some(b)) = (m(ours, "all reconciled ms"), m(theirs, "all reconciled ms")) {
         let r = a / b;
         lines.push((
-            format!("C1 all reconciled vs kube-runtime: {r:.3}x ({a:.0} vs {b:.0} ms; target <= 1.1x)"),
+            format!(
+                "C1 all reconciled vs kube-runtime: {r:.3}x ({a:.0} vs {b:.0} ms; target <= 1.1x)"
+            ),
             Some(r <= 1.1),
         ));
     }
