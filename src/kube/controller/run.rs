@@ -23,7 +23,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures_core::Stream;
-use futures_util::future::BoxFuture;
+use futures_util::future::{self, BoxFuture};
 use futures_util::stream::FuturesUnordered;
 use futures_util::{FutureExt, StreamExt, TryFuture, TryFutureExt};
 use kube_client::Resource;
@@ -227,9 +227,15 @@ where
             store,
             ready: Some(
                 async move {
-                    // A dropped writer means the main watcher is gone: no
-                    // list will complete, and every key reads as missing.
-                    let _ = waiting.wait_until_ready().await;
+                    // A writer dropped before the first list completed (the
+                    // main watcher ended, or a shutdown dropped it) leaves
+                    // the store empty for good: its keys are not missing,
+                    // they were never listed. Hand none out, so they are
+                    // not reported as `ObjectNotFound`; a shutdown then ends
+                    // the stream with them unreconciled.
+                    if waiting.wait_until_ready().await.is_err() {
+                        future::pending::<()>().await;
+                    }
                 }
                 .boxed(),
             ),
