@@ -477,7 +477,7 @@ where
                 Err(Error::ReconcilerFailed(error, Box::new(key.erase())))
             }
             Outcome::Panicked(message) => {
-                tracing::error!(object.ref = %key, %message, "reconcile panicked");
+                tracing::error!(object.ref = %key, panic.message = %message, "reconcile panicked");
                 self.retry_failed(item, &key);
                 Err(Error::QueueError(ControllerError::ReconcilePanicked {
                     object: Box::new(key.erase()),
