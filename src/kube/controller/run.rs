@@ -447,13 +447,18 @@ where
                 item.forget();
                 match requeue_after(&action) {
                     Ok(None) => Ok((key, action)),
-                    Ok(Some(delay)) => match item.requeue_after(delay) {
-                        Ok(()) => {
-                            self.note_retry(&key, ReconcileReason::ReconcilerRequestedRetry);
-                            Ok((key, action))
+                    Ok(Some(delay)) => {
+                        match item.requeue_after(delay) {
+                            Ok(()) => {
+                                self.note_retry(&key, ReconcileReason::ReconcilerRequestedRetry);
+                            }
+                            // The reconcile still succeeded: kube-runtime
+                            // reports it as such, so the refusal comes as a
+                            // report of its own, as after an error.
+                            Err(error) => self.out.push_back(refused(key.clone(), error)),
                         }
-                        Err(error) => refused(key, error),
-                    },
+                        Ok((key, action))
+                    }
                     Err(text) => self.unreadable(item, key, text),
                 }
             }
