@@ -60,9 +60,13 @@ async fn graceful_shutdown_drains_the_queued_keys_and_takes_no_new_triggers() {
             .all(|r| r.ended == Some(Ended::Finished))
     );
     // The requeue asked for before the shutdown was taken; those asked for
-    // while draining were refused and reported.
+    // while draining were refused and reported, each beside its success.
     let mut expected = vec![Reported::Ok("obj-000".into(), Action::requeue(HOUR))];
-    expected.extend((1..5).map(|i| Reported::Refused(format!("obj-{i:03}"))));
+    for i in 1..5 {
+        let name = format!("obj-{i:03}");
+        expected.push(Reported::Refused(name.clone()));
+        expected.push(Reported::Ok(name, Action::requeue(HOUR)));
+    }
     assert_eq!(reports, expected);
     // The stream ended when the last queued key was done; the delayed
     // obj-000 was dropped.
@@ -147,6 +151,7 @@ async fn shutdown_finishes_what_is_in_flight_and_drops_the_queue() {
         [
             // In flight: finished, its requeue refused.
             Reported::Refused("obj-003".into()),
+            Reported::Ok("obj-003".into(), Action::requeue(ms(1))),
             Reported::Ok("obj-002".into(), Action::await_change()),
         ]
     );
