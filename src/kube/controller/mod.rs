@@ -517,7 +517,8 @@ where
     /// in queue order, so at most `n` reconciles run at once and the
     /// [`concurrency`](Self::concurrency) setting is not used. For keys that
     /// must not be reconciled side by side (all objects of one node). A
-    /// panic in `f` sends the key to partition 0.
+    /// panic in `f` sends the key to partition 0. The partitions report the
+    /// queue's metrics together, under the queue's one name.
     #[must_use]
     pub fn partition_by(
         mut self,
