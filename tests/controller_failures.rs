@@ -203,3 +203,30 @@ async fn a_zero_timeout_only_lets_reconciles_that_finish_at_once_through() {
         "{reports:?}"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_watcher_error_is_reported_and_the_controller_goes_on() {
+    let record = Record::new();
+    let (feed, events) = feeder();
+    let stream = Controller::for_events(events, Writer::default()).run(
+        record.reconciler(ms(1), |_, _| Ok(Action::await_change())),
+        policy(Action::await_change()),
+        Arc::new(()),
+    );
+    let run = Collected::spawn(&record, stream);
+    feed.list([cm("a", "1")]);
+    advance(ms(10)).await;
+    feed.error(kube_runtime::watcher::Error::NoResourceVersion);
+    feed.apply(cm("b", "1"));
+    // After the trigger backoff, the events behind the error are taken.
+    advance(Duration::from_secs(60)).await;
+    assert_eq!(record.starts(), ["a", "b"]);
+    assert_eq!(
+        run.reports()[1],
+        Reported::Other(
+            "event queue error: watcher error: no metadata.resourceVersion in watch result \
+             (does resource support watch?)"
+                .into()
+        )
+    );
+}

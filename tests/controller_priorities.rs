@@ -289,3 +289,123 @@ async fn a_key_changed_while_reconciling_is_reconciled_again_after() {
     assert_eq!(runs[1].start, ms(10));
     assert_eq!(runs[1].rv.as_deref(), Some("2"));
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_unchanged_redelivery_is_low_priority() {
+    let record = Record::new();
+    let (feed, events) = feeder();
+    let stream = Controller::for_events(events, Writer::default())
+        .concurrency(1)
+        .run(
+            record.reconciler(ms(1), done),
+            policy(Action::await_change()),
+            Arc::new(()),
+        );
+    let _run = Collected::spawn(&record, stream);
+    let objects = cms("obj", 50);
+    feed.list(objects.clone());
+    advance(ms(5)).await;
+    let before = record.len();
+    assert!(before < 40, "{before}");
+    // obj-045 again with the resourceVersion the list had: not a change.
+    feed.apply(objects[45].clone());
+    feed.apply(cm("obj-046", "2"));
+    advance(Duration::from_secs(1)).await;
+    let starts = record.starts();
+    assert_eq!(starts.len(), 50);
+    assert_eq!(starts[before], "obj-046");
+    let rest: Vec<_> = starts[before + 1..].to_vec();
+    let expected: Vec<_> = (before..50)
+        .filter(|&i| i != 46)
+        .map(|i| format!("obj-{i:03}"))
+        .collect();
+    assert_eq!(rest, expected);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_keeps_the_priority_its_key_was_handed_out_with() {
+    // Listed `slow-retry` and changed `fast-retry` both fail once; with a
+    // backlog of listed keys, the listed one's retry waits behind the
+    // backlog, the changed one's overtakes it.
+    let record = Record::new();
+    let (feed, events) = feeder();
+    let stream = Controller::for_events(events, Writer::default())
+        .concurrency(1)
+        .queue(tokio_workqueue::WorkQueue::builder().rate_limiter(
+            tokio_workqueue::ExponentialBackoff::new(ms(50), Duration::from_secs(1)).unwrap(),
+        ))
+        .run(
+            record.reconciler(ms(1), |name, attempt| {
+                if name.ends_with("retry") && attempt == 1 {
+                    fail("once")
+                } else {
+                    Ok(Action::await_change())
+                }
+            }),
+            policy(Action::requeue(ms(1))),
+            Arc::new(()),
+        );
+    let _run = Collected::spawn(&record, stream);
+    let mut listed = vec![cm("slow-retry", "1")];
+    listed.extend(cms("obj", 300));
+    feed.list(listed);
+    feed.apply(cm("fast-retry", "1"));
+    advance(Duration::from_secs(2)).await;
+
+    let slow = record.starts_of("slow-retry");
+    let fast = record.starts_of("fast-retry");
+    assert_eq!(fast, [ms(0), ms(51)], "the changed key's retry, on time");
+    assert_eq!(slow[0], ms(1));
+    // Ready at 52 ms, at the low priority: after the 300 listed keys.
+    assert_eq!(
+        record.starts().last().map(String::as_str),
+        Some("slow-retry")
+    );
+    assert!(slow[1] > ms(300), "{slow:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn for_stream_lists_low_and_changes_normal() {
+    use kube_runtime::watcher::Event;
+
+    let record = Record::new();
+    let (reader, mut writer) = kube_runtime::reflector::store();
+    let (objects, object_stream) = sender();
+    let stream = Controller::for_stream(object_stream, reader)
+        .concurrency(1)
+        .run(
+            record.reconciler(ms(1), done),
+            policy(Action::await_change()),
+            Arc::new(()),
+        );
+    let _run = Collected::spawn(&record, stream);
+
+    writer.apply_watcher_event(&Event::Init);
+    for object in cms("obj", 50) {
+        writer.apply_watcher_event(&Event::InitApply(object.clone()));
+        objects.object(object);
+    }
+    // The controller sees the objects before the store is ready.
+    advance(ms(10)).await;
+    writer.apply_watcher_event(&Event::InitDone);
+    advance(ms(5)).await;
+    let before = record.len();
+    assert!((3..10).contains(&before), "{before}");
+    // The same version again (low), then a new one (a change).
+    objects.object(cm("obj-045", "1"));
+    let changed = cm("obj-040", "2");
+    writer.apply_watcher_event(&Event::Apply(changed.clone()));
+    objects.object(changed);
+    advance(Duration::from_secs(1)).await;
+
+    let runs = record.runs();
+    assert_eq!(runs.len(), 50);
+    assert_eq!(runs[before].name, "obj-040");
+    assert_eq!(runs[before].rv.as_deref(), Some("2"));
+    let rest: Vec<_> = runs[before + 1..].iter().map(|r| r.name.clone()).collect();
+    let expected: Vec<_> = (before..50)
+        .filter(|&i| i != 40)
+        .map(|i| format!("obj-{i:03}"))
+        .collect();
+    assert_eq!(rest, expected);
+}

@@ -9,7 +9,9 @@ mod controller_common;
 use std::time::Duration;
 
 use controller_common::*;
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube_runtime::reflector::store::Writer;
+use kube_runtime::watcher::Event;
 use tokio_workqueue::kube::{Action, Controller};
 
 const HOUR: Duration = Duration::from_secs(3600);
@@ -166,4 +168,39 @@ async fn deleting_a_main_object_triggers_nothing() {
     assert_eq!(record.len(), 2);
     assert_eq!(run.reports().len(), 2, "{:?}", run.reports());
     assert!(run.reports().iter().all(|r| matches!(r, Reported::Ok(..))));
+}
+
+#[tokio::test(start_paused = true)]
+async fn for_stream_waits_for_the_users_store() {
+    // The user reflects into a store of their own and gives the controller
+    // the objects: nothing is reconciled before that store is ready.
+    let record = Record::new();
+    let (reader, mut writer) = kube_runtime::reflector::store::<ConfigMap>();
+    let (objects, object_stream) = sender();
+    let stream = Controller::for_stream(object_stream, reader).run(
+        record.reconciler(ms(1), |_, _| Ok(Action::await_change())),
+        policy(Action::await_change()),
+        std::sync::Arc::new(()),
+    );
+    let run = Collected::spawn(&record, stream);
+
+    writer.apply_watcher_event(&Event::Init);
+    for object in cms("obj", 3) {
+        writer.apply_watcher_event(&Event::InitApply(object.clone()));
+        objects.object(object);
+    }
+    advance(HOUR).await;
+    assert_eq!(record.len(), 0);
+
+    writer.apply_watcher_event(&Event::InitDone);
+    advance(ms(10)).await;
+    assert_eq!(record.starts(), ["obj-000", "obj-001", "obj-002"]);
+
+    // An object the stream gives but the store does not hold: reported.
+    objects.object(cm("stray", "1"));
+    advance(ms(10)).await;
+    assert_eq!(
+        run.reports().last(),
+        Some(&Reported::NotFound("stray".into()))
+    );
 }

@@ -164,6 +164,11 @@ impl<T> Feeder<T> {
         self.send(Event::Delete(object));
     }
 
+    /// A watcher error.
+    pub fn error(&self, error: watcher::Error) {
+        let _ = self.tx.unbounded_send(Err(error));
+    }
+
     /// A whole (re-)list: `Init`, one `InitApply` per object, `InitDone`.
     pub fn list(&self, objects: impl IntoIterator<Item = T>) {
         self.init();
