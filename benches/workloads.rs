@@ -1,4 +1,5 @@
-//! The benchmark workloads of `shared/bench/WORKLOADS.md` (W1..W6), run
+//! The benchmark workloads of `shared/bench/WORKLOADS.md` (W1..W6, and C1
+//! with the `kube` feature), run
 //! side by side against this crate and two baselines in one process:
 //!
 //! - `mpsc`: `tokio::sync::mpsc::unbounded_channel`, consumers sharing the
@@ -37,6 +38,10 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_workqueue::{AddOpts, WorkQueue};
+
+#[cfg(feature = "kube")]
+#[path = "workloads/c1.rs"]
+mod c1;
 
 // ---------------------------------------------------------------- settings
 
@@ -1300,6 +1305,8 @@ fn verdicts(report: &Report, cfg: &Config) {
             Some(b <= 64.0),
         ));
     }
+    #[cfg(feature = "kube")]
+    c1::verdicts(report, &mut lines);
     if lines.is_empty() {
         return;
     }
@@ -1355,6 +1362,12 @@ fn main() {
     };
     w5(&cfg, &mut report, window, &[&bounded, &strict]);
     w6(&cfg, &mut report);
+    #[cfg(feature = "kube")]
+    c1::c1(&cfg, &mut report);
+    #[cfg(not(feature = "kube"))]
+    if cfg.wants("C1") {
+        eprintln!("C1 skipped: it needs the `kube` feature (cargo bench --bench workloads --features prometheus,kube)");
+    }
 
     report.print_table();
     verdicts(&report, &cfg);
