@@ -113,7 +113,12 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Builder<K> {
 
     /// `n` builders for the partitions of one queue: they share this one's
     /// rate limiter, metrics hook and throttle, keep its starvation bound,
-    /// and are named `{name}-{i}` when it has a name.
+    /// and keep its name.
+    ///
+    /// One name, not `{name}-{i}`: the partitions share one metrics hook,
+    /// and a `PrometheusMetrics` handle serves queues of one name only (it
+    /// panics on a second name).
+    /// Under one name their series add up, as one queue's would.
     pub(crate) fn split(self, n: usize) -> Vec<Builder<K>> {
         let limiter: Arc<dyn RateLimiter<K>> = match self.limiter {
             Some(limiter) => Arc::from(limiter),
@@ -122,12 +127,8 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Builder<K> {
         let metrics: Option<Arc<dyn MetricsHook>> = self.metrics.map(Arc::from);
         let throttle: Option<Arc<dyn Throttle>> = self.throttle.map(Arc::from);
         (0..n)
-            .map(|i| Builder {
-                name: if self.name.is_empty() {
-                    String::new()
-                } else {
-                    format!("{}-{i}", self.name)
-                },
+            .map(|_| Builder {
+                name: self.name.clone(),
                 limiter: Some(Box::new(limiter.clone())),
                 metrics: metrics.clone().map(|m| Box::new(m) as Box<dyn MetricsHook>),
                 starvation_bound: self.starvation_bound,

@@ -424,7 +424,8 @@ where
     /// kube-runtime drops the queued keys instead; here a graceful shutdown
     /// drains them (a queued key is a change not yet acted on). Requeues
     /// asked for during the drain are refused and reported
-    /// ([`ControllerError::RequeueRefused`]).
+    /// ([`ControllerError::RequeueRefused`]), beside the reconcile's own
+    /// result (a success is still reported as `Ok`, as kube-runtime does).
     #[must_use]
     pub fn graceful_shutdown_on(
         mut self,
@@ -516,7 +517,8 @@ where
     /// in queue order, so at most `n` reconciles run at once and the
     /// [`concurrency`](Self::concurrency) setting is not used. For keys that
     /// must not be reconciled side by side (all objects of one node). A
-    /// panic in `f` sends the key to partition 0.
+    /// panic in `f` sends the key to partition 0. The partitions report the
+    /// queue's metrics together, under the queue's one name.
     #[must_use]
     pub fn partition_by(
         mut self,
@@ -539,8 +541,8 @@ where
     }
 
     /// Runs the controller: a stream of kube-runtime's results, one per
-    /// reconcile (and one per watcher error, object not found, panic or
-    /// timeout). It must be polled for anything to happen; it ends after a
+    /// reconcile (and one per watcher error, object not found, panic,
+    /// timeout or refused requeue). It must be polled for anything to happen; it ends after a
     /// shutdown, or when every trigger stream ended (then it drains as on a
     /// graceful shutdown).
     ///

@@ -23,7 +23,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures_core::Stream;
-use futures_util::future::BoxFuture;
+use futures_util::future::{self, BoxFuture};
 use futures_util::stream::FuturesUnordered;
 use futures_util::{FutureExt, StreamExt, TryFuture, TryFutureExt};
 use kube_client::Resource;
@@ -227,9 +227,15 @@ where
             store,
             ready: Some(
                 async move {
-                    // A dropped writer means the main watcher is gone: no
-                    // list will complete, and every key reads as missing.
-                    let _ = waiting.wait_until_ready().await;
+                    // A writer dropped before the first list completed (the
+                    // main watcher ended, or a shutdown dropped it) leaves
+                    // the store empty for good: its keys are not missing,
+                    // they were never listed. Hand none out, so they are
+                    // not reported as `ObjectNotFound`; a shutdown then ends
+                    // the stream with them unreconciled.
+                    if waiting.wait_until_ready().await.is_err() {
+                        future::pending::<()>().await;
+                    }
                 }
                 .boxed(),
             ),
@@ -441,13 +447,18 @@ where
                 item.forget();
                 match requeue_after(&action) {
                     Ok(None) => Ok((key, action)),
-                    Ok(Some(delay)) => match item.requeue_after(delay) {
-                        Ok(()) => {
-                            self.note_retry(&key, ReconcileReason::ReconcilerRequestedRetry);
-                            Ok((key, action))
+                    Ok(Some(delay)) => {
+                        match item.requeue_after(delay) {
+                            Ok(()) => {
+                                self.note_retry(&key, ReconcileReason::ReconcilerRequestedRetry);
+                            }
+                            // The reconcile still succeeded: kube-runtime
+                            // reports it as such, so the refusal comes as a
+                            // report of its own, as after an error.
+                            Err(error) => self.out.push_back(refused(key.clone(), error)),
                         }
-                        Err(error) => refused(key, error),
-                    },
+                        Ok((key, action))
+                    }
                     Err(text) => self.unreadable(item, key, text),
                 }
             }
@@ -471,7 +482,7 @@ where
                 Err(Error::ReconcilerFailed(error, Box::new(key.erase())))
             }
             Outcome::Panicked(message) => {
-                tracing::error!(object.ref = %key, %message, "reconcile panicked");
+                tracing::error!(object.ref = %key, panic.message = %message, "reconcile panicked");
                 self.retry_failed(item, &key);
                 Err(Error::QueueError(ControllerError::ReconcilePanicked {
                     object: Box::new(key.erase()),
