@@ -270,6 +270,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .for_each(|result| async move {
                 match result {
                     Ok((object, action)) => println!("reconciled {object}: {action:?}"),
+                    // A deleted generator's ConfigMap going away triggers the
+                    // generator, which is gone too: nothing to do.
+                    Err(kube_runtime::controller::Error::ObjectNotFound(object)) => {
+                        println!("{object} is gone: nothing to reconcile")
+                    }
                     Err(e) => println!("reconcile failed: {e}"),
                 }
             }),

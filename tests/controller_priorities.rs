@@ -409,3 +409,38 @@ async fn for_stream_lists_low_and_changes_normal() {
         .collect();
     assert_eq!(rest, expected);
 }
+
+/// A re-list's objects are queued when the list completes, when the store
+/// holds them: a change the re-list brings is reconciled with the new
+/// object, not the one the store held before the list.
+#[tokio::test(start_paused = true)]
+async fn a_relisted_change_is_reconciled_with_the_listed_object() {
+    let record = Record::new();
+    let (feed, events) = feeder();
+    let stream = Controller::for_events(events, Writer::default())
+        .concurrency(1)
+        .run(
+            record.reconciler(ms(1), done),
+            policy(Action::await_change()),
+            Arc::new(()),
+        );
+    let _run = Collected::spawn(&record, stream);
+    feed.list(cms("obj", 3));
+    advance(Duration::from_secs(1)).await;
+    assert_eq!(record.len(), 3);
+
+    // The re-list arrives slowly: obj-001 changed while the watch was down.
+    feed.init();
+    feed.init_apply(cm("obj-001", "2"));
+    advance(Duration::from_secs(1)).await;
+    assert_eq!(record.len(), 3, "nothing starts in the middle of a list");
+    feed.init_apply(cm("obj-000", "1"));
+    feed.init_apply(cm("obj-002", "1"));
+    feed.init_done();
+    advance(Duration::from_secs(1)).await;
+
+    let runs = record.runs();
+    assert_eq!(runs.len(), 6);
+    assert_eq!(runs[3].name, "obj-001", "the change first");
+    assert_eq!(runs[3].rv.as_deref(), Some("2"), "with the listed object");
+}

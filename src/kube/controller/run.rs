@@ -611,12 +611,18 @@ where
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = &mut *self;
         this.poll_signals(cx);
-        if this.poll_triggers(cx) {
-            // Triggers left: come back after the others had a turn.
+        let triggers_left = this.poll_triggers(cx);
+        if triggers_left {
+            // Come back after the others had a turn.
             cx.waker().wake_by_ref();
         }
         loop {
-            this.poll_work(cx);
+            // Keys are handed out only once every trigger at hand is
+            // queued, so a change that came right behind a long list is
+            // not beaten by the list's first keys.
+            if !triggers_left {
+                this.poll_work(cx);
+            }
             let mut settled = false;
             while let Poll::Ready(Some(finished)) = this.in_flight.poll_next_unpin(cx) {
                 this.settle(finished);

@@ -62,6 +62,12 @@ where
 /// The main kind's events: every present object triggers its own key.
 /// Deleted objects trigger nothing, as in kube-runtime: a key whose object
 /// has left the store is not reconciled.
+///
+/// The objects of a list (the first one or a re-list) trigger when the list
+/// completes, not as they arrive: the reflector swaps a list into the store
+/// only at `InitDone`, so a key handed out earlier would be reconciled
+/// against the object as it was before the list, and a change the list
+/// brought would be missed.
 pub(crate) fn main_events<K, S>(events: S, dyntype: K::DynamicType) -> TriggerStream<K>
 where
     K: Resource + Send + 'static,
@@ -70,24 +76,44 @@ where
 {
     let mut triage = Triage::<ObjectRef<K>>::new();
     triage.relist_deletions(false);
+    // Triggers of the list in progress, held until its `InitDone`.
+    let mut listed: Option<Vec<Result<Trigger<K>, watcher::Error>>> = None;
     events
         .flat_map(move |event| {
             let mut out = Vec::new();
             match event {
-                Ok(event) => triage.event(
-                    event,
-                    |object| ObjectRef::from_obj_with(object, dyntype.clone()),
-                    |key, cause| {
-                        if cause.object_exists() {
-                            out.push(Ok(Trigger {
-                                key,
-                                source: Source::Watch(cause),
-                                reason: ReconcileReason::ObjectUpdated,
-                            }));
-                        }
-                        true
-                    },
-                ),
+                Ok(event) => {
+                    let (starts, ends) = match &event {
+                        Event::Init => (true, false),
+                        Event::InitDone => (false, true),
+                        _ => (false, false),
+                    };
+                    if starts {
+                        listed = Some(Vec::new());
+                    }
+                    let held = matches!(event, Event::InitApply(_));
+                    let sink = match (&mut listed, held) {
+                        (Some(listed), true) => listed,
+                        _ => &mut out,
+                    };
+                    triage.event(
+                        event,
+                        |object| ObjectRef::from_obj_with(object, dyntype.clone()),
+                        |key, cause| {
+                            if cause.object_exists() {
+                                sink.push(Ok(Trigger {
+                                    key,
+                                    source: Source::Watch(cause),
+                                    reason: ReconcileReason::ObjectUpdated,
+                                }));
+                            }
+                            true
+                        },
+                    );
+                    if ends {
+                        out.extend(listed.take().unwrap_or_default());
+                    }
+                }
                 Err(error) => out.push(Err(error)),
             }
             stream::iter(out)
