@@ -39,11 +39,13 @@ impl std::fmt::Display for TestError {
 
 impl std::error::Error for TestError {}
 
+/// One reconcile: name, start, end, and the value of `data.v` it saw.
+type Run = (String, Instant, Option<Instant>, Option<String>);
+
 /// Every reconcile's start and end, written by the reconcile itself.
 #[derive(Default)]
 struct Record {
-    /// (name, started, ended, the value of data.v seen)
-    runs: Mutex<Vec<(String, Instant, Option<Instant>, Option<String>)>>,
+    runs: Mutex<Vec<Run>>,
     in_flight: Mutex<HashMap<String, usize>>,
     overlaps: Mutex<Vec<String>>,
 }
