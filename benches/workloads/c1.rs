@@ -88,8 +88,17 @@ fn name(i: usize) -> String {
     format!("obj-{i}")
 }
 
-/// Fills the server with `n` ConfigMaps, 16 creates at a time.
-async fn seed(api: &Api<ConfigMap>, n: usize) {
+/// Makes the namespace and fills it with `n` ConfigMaps, 16 creates at a
+/// time.
+async fn seed(client: kube_client::Client, n: usize) {
+    let mut ns = k8s_openapi::api::core::v1::Namespace::default();
+    ns.metadata.name = Some(NAMESPACE.into());
+    Api::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("create the namespace");
+    let api: Api<ConfigMap> = Api::namespaced(client, NAMESPACE);
+    let api = &api;
     futures::stream::iter(0..n)
         .for_each_concurrent(16, |i| {
             let api = api.clone();
@@ -192,7 +201,7 @@ pub(super) fn c1(cfg: &Config, report: &mut Report) {
     let rt = super::runtime();
     rt.block_on(async {
         let server = LocalApiServer::start().await;
-        seed(&Api::namespaced(server.client(), NAMESPACE), n).await;
+        seed(server.client(), n).await;
         for run in 0..=cfg.runs {
             for imp in imps {
                 if !cfg.runs_impl(imp) {
