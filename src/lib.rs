@@ -89,6 +89,7 @@ pub mod kube;
 pub mod limiter;
 pub mod metrics;
 mod options;
+pub mod ordering;
 pub mod partition;
 mod prefetch;
 mod queue;
@@ -105,6 +106,7 @@ pub use limiter::{
     default_controller_rate_limiter,
 };
 pub use options::{AddOpts, Lane};
+pub use ordering::{FairShare, Fifo, Ordering, Priorities};
 pub use partition::{
     PanicSource, PartitionHandle, PartitionPanic, Partitioned, PartitionedBuilder, ZeroPartitions,
 };
