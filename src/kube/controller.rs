@@ -12,6 +12,7 @@ use std::time::Duration;
 use futures_core::Stream;
 use futures_util::{FutureExt, StreamExt};
 
+use crate::ordering::{Ordering, Priorities};
 use crate::{AddError, WorkItem, WorkQueue};
 
 /// What a reconcile asks for when it succeeds.
@@ -151,21 +152,22 @@ type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 /// assert_eq!(done.len(), 3);
 /// # }
 /// ```
-pub fn run_controller<K, F, Fut, E>(
-    queue: WorkQueue<K>,
+pub fn run_controller<K, F, Fut, E, O>(
+    queue: WorkQueue<K, O>,
     concurrency: usize,
     mut reconcile: F,
-) -> ControllerStream<K, E>
+) -> ControllerStream<K, E, O>
 where
     K: Clone + Eq + Hash + Send + Sync + 'static,
     F: FnMut(K) -> Fut + Send + 'static,
     Fut: Future<Output = Result<Action, E>> + Send + 'static,
     E: Send + 'static,
+    O: Ordering<K>,
 {
     let concurrency = concurrency.max(1);
     let results = queue
         .clone()
-        .map(move |item: WorkItem<K>| {
+        .map(move |item: WorkItem<K, O>| {
             let key = item.key().clone();
             let priority = item.priority();
             // Creating the future runs user code too: catch a panic there.
@@ -200,12 +202,13 @@ where
     }
 }
 
-async fn reconcile_one<K, Fut, E>(
-    item: WorkItem<K>,
+async fn reconcile_one<K, O, Fut, E>(
+    item: WorkItem<K, O>,
     future: std::thread::Result<Fut>,
 ) -> Reconciled<K, E>
 where
     K: Clone + Eq + Hash + Send + Sync + 'static,
+    O: Ordering<K>,
     Fut: Future<Output = Result<Action, E>>,
 {
     let key = item.key().clone();
@@ -256,8 +259,8 @@ fn panic_message(panic: &(dyn Any + Send)) -> String {
 
 /// The stream of [`Reconciled`] keys returned by [`run_controller`].
 #[must_use = "streams do nothing unless polled"]
-pub struct ControllerStream<K, E> {
-    queue: WorkQueue<K>,
+pub struct ControllerStream<K, E, O: Ordering<K> = Priorities> {
+    queue: WorkQueue<K, O>,
     concurrency: usize,
     results: BoxStream<Reconciled<K, E>>,
     shutdown_signal: Option<BoxFuture>,
@@ -265,7 +268,7 @@ pub struct ControllerStream<K, E> {
     results_done: bool,
 }
 
-impl<K, E> fmt::Debug for ControllerStream<K, E> {
+impl<K, E, O: Ordering<K>> fmt::Debug for ControllerStream<K, E, O> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ControllerStream")
             .field("concurrency", &self.concurrency)
@@ -276,9 +279,10 @@ impl<K, E> fmt::Debug for ControllerStream<K, E> {
     }
 }
 
-impl<K, E> ControllerStream<K, E>
+impl<K, E, O> ControllerStream<K, E, O>
 where
     K: Clone + Eq + Hash + Send + Sync + 'static,
+    O: Ordering<K>,
 {
     /// Shuts the queue down gracefully when `signal` completes (for example
     /// `tokio::signal::ctrl_c()`): new adds are refused and delayed keys
@@ -294,17 +298,18 @@ where
     }
 
     /// The queue this controller takes keys from.
-    pub fn queue(&self) -> &WorkQueue<K> {
+    pub fn queue(&self) -> &WorkQueue<K, O> {
         &self.queue
     }
 }
 
 // Nothing in the stream is pinned in place (its futures are boxed).
-impl<K, E> Unpin for ControllerStream<K, E> {}
+impl<K, E, O: Ordering<K>> Unpin for ControllerStream<K, E, O> {}
 
-impl<K, E> Stream for ControllerStream<K, E>
+impl<K, E, O> Stream for ControllerStream<K, E, O>
 where
     K: Clone + Eq + Hash + Send + Sync + 'static,
+    O: Ordering<K>,
 {
     type Item = Reconciled<K, E>;
 
