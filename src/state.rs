@@ -142,14 +142,24 @@ struct Depth {
 }
 
 impl Depth {
+    #[inline]
     fn add(&mut self, priority: i32) {
+        // Most queues use one priority: it is the first count.
+        match self.levels.first_mut() {
+            Some((p, n)) if *p == priority => *n += 1,
+            _ => self.add_other(priority),
+        }
+    }
+
+    #[inline(never)]
+    fn add_other(&mut self, priority: i32) {
         match self.levels.iter().position(|&(p, _)| p <= priority) {
             Some(i) if self.levels[i].0 == priority => self.levels[i].1 += 1,
             found => {
                 if self.levels.len() >= MAX_IDLE_LEVELS && self.levels.iter().any(|&(_, n)| n == 0)
                 {
                     self.levels.retain(|&(_, n)| n > 0);
-                    return self.add(priority);
+                    return self.add_other(priority);
                 }
                 let i = found.unwrap_or(self.levels.len());
                 self.levels.insert(i, (priority, 1));
@@ -157,6 +167,7 @@ impl Depth {
         }
     }
 
+    #[inline]
     fn remove(&mut self, priority: i32) {
         let level = self
             .levels

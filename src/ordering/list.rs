@@ -65,7 +65,7 @@ impl List {
     };
 
     /// Appends `h` at the back.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn push_back<K, E: Linked>(&mut self, q: &mut Queued<'_, K, E>, h: Handle) {
         let tail = self.tail;
         self.tail = h.slot();
@@ -82,7 +82,7 @@ impl List {
     }
 
     /// Takes `h`, which is in this list, out of it.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn unlink<K, E: Linked>(&mut self, q: &mut Queued<'_, K, E>, h: Handle) {
         let Links { prev, next } = *q.entry(h).links();
         if prev == NIL {
@@ -99,7 +99,7 @@ impl List {
     }
 
     /// Takes the front key.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn pop_front<K, E: Linked>(&mut self, q: &mut Queued<'_, K, E>) -> Option<Handle> {
         let head = self.head;
         if head == NIL {

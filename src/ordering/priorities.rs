@@ -49,33 +49,37 @@ impl Priorities {
     }
 
     /// The index of the level for `priority`, made if needed.
-    #[inline]
+    #[inline(always)]
     fn level_index(&mut self, priority: i32) -> usize {
         // Levels are few; the common single-level queue finds it at once.
         match self.levels.iter().position(|l| l.priority <= priority) {
             Some(i) if self.levels[i].priority == priority => i,
-            found => {
-                if self.levels.len() >= MAX_IDLE_LEVELS
-                    && self.levels.iter().any(|l| l.keys.len == 0)
-                {
-                    self.levels.retain(|l| l.keys.len > 0);
-                    return self.level_index(priority);
-                }
-                let i = found.unwrap_or(self.levels.len());
-                self.levels.insert(
-                    i,
-                    Level {
-                        priority,
-                        keys: List::default(),
-                    },
-                );
-                i
-            }
+            found => self.new_level(priority, found),
         }
     }
 
+    /// Makes a level for `priority` at `found` (the first lower level), or
+    /// at the end.
+    #[cold]
+    #[inline(never)]
+    fn new_level(&mut self, priority: i32, found: Option<usize>) -> usize {
+        if self.levels.len() >= MAX_IDLE_LEVELS && self.levels.iter().any(|l| l.keys.len == 0) {
+            self.levels.retain(|l| l.keys.len > 0);
+            return self.level_index(priority);
+        }
+        let i = found.unwrap_or(self.levels.len());
+        self.levels.insert(
+            i,
+            Level {
+                priority,
+                keys: List::default(),
+            },
+        );
+        i
+    }
+
     /// Appends `h` to the back of `level`.
-    #[inline]
+    #[inline(always)]
     fn push_at<K>(&mut self, q: &mut Queued<'_, K, Links>, h: Handle, level: i32) {
         let li = self.level_index(level);
         self.levels[li].keys.push_back(q, h);
@@ -118,7 +122,7 @@ impl Priorities {
 impl<K> Ordering<K> for Priorities {
     type Entry = Links;
 
-    #[inline]
+    #[inline(always)]
     fn push(&mut self, q: &mut Queued<'_, K, Links>, key: Handle, priority: i32) {
         self.push_at(q, key, priority);
     }
