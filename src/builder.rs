@@ -80,7 +80,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, O: Ordering<K>> Builder<K, O>
     /// larger than what consumers take in half the bound.
     ///
     /// Cost: one clock read per key made ready and per hand-out, and a ready
-    /// time and two links (16 bytes) per key slot. A zero bound hands keys out
+    /// time and two links (24 bytes) per key slot. A zero bound hands keys out
     /// strictly in the order they became ready, ignoring priorities and the
     /// ordering.
     ///

@@ -10,7 +10,7 @@
 //!                    ▼                                    │ lease ends
 //!                 Leased ──add now──► LeasedDirty      LeasedWaiting
 //!                    │  └──add_after──────────────────────▲
-//!                    ▼ lease ends             │ lease ends: back of its level
+//!                    ▼ lease ends             │ lease ends: pushed again
 //!                  (free)                     ▼
 //!                                           Ready
 //! ```
@@ -989,7 +989,7 @@ impl<K, O: Ordering<K>> State<K, O> {
     }
 
     /// Ends the lease on `slot`, first merging `readd` into it if given
-    /// (a requeue). A dirty key becomes ready at the back of its level; a key
+    /// (a requeue). A dirty key becomes ready (pushed to the ordering); a key
     /// with a pending delay goes back to waiting; any other key is forgotten,
     /// and returned so that it is dropped outside the lock.
     pub(crate) fn finish(
