@@ -157,6 +157,11 @@ where
     T: Hash + Eq + Clone + Send + 'static,
 {
     /// Fair share across the tenants `tenant(&key)` returns, all of weight 1.
+    ///
+    /// The function runs under the queue's lock whenever a key becomes
+    /// ready: keep it quick, and it must not panic (like every
+    /// [`Ordering`]). A key's tenant is worked out each time the key becomes
+    /// ready, so it may change from one time to the next.
     pub fn new(tenant: impl Fn(&K) -> T + Send + Sync + 'static) -> Self {
         FairShare {
             tenant_of: Arc::new(tenant),
@@ -203,12 +208,6 @@ where
     pub fn weight(mut self, tenant: T, weight: NonZeroU32) -> Self {
         self.weights.insert(tenant, weight.get());
         self
-    }
-
-    /// The number of tenants with keys ready, over all priority levels (a
-    /// tenant with keys at two priorities counts twice).
-    pub fn active_tenants(&self) -> usize {
-        self.tenants.len()
     }
 
     fn level_index(&mut self, priority: i32) -> usize {
