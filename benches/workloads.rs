@@ -1,4 +1,4 @@
-//! The benchmark workloads of `shared/bench/WORKLOADS.md` (W1..W6, and C1
+//! The benchmark workloads of `shared/bench/WORKLOADS.md` (W1..W7, and C1
 //! with the `kube` feature), run
 //! side by side against this crate and two baselines in one process:
 //!
@@ -7,6 +7,9 @@
 //! - `kube-runtime`: `kube_runtime::scheduler::scheduler` fed by a channel of
 //!   `ScheduleRequest`s and driven as kube-runtime's controller runner drives
 //!   it (see [`kube_runner`]).
+//!
+//! W7 (a tenant's flood) compares two orderings of this crate instead: fair
+//! share by namespace, and FIFO. W6 also measures fair share's memory.
 //!
 //! ```text
 //! cargo bench --bench workloads              # the full run (minutes)
@@ -37,7 +40,8 @@ use kube_runtime::scheduler::{ScheduleRequest, Scheduler, scheduler};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use tokio_workqueue::{AddOpts, WorkQueue};
+use tokio_workqueue::ordering::Ordering as QueueOrdering;
+use tokio_workqueue::{AddOpts, FairShare, Fifo, WorkQueue};
 
 #[cfg(feature = "kube")]
 #[path = "workloads/c1.rs"]
@@ -115,6 +119,12 @@ const W5_ITEM: Duration = Duration::from_micros(50);
 const W5_BOUND: Duration = Duration::from_millis(100);
 const W5_LOW: usize = 100;
 const W5_AHEAD: Duration = Duration::from_millis(10);
+/// W7: the consumer's time per item, the other tenants and their keys, and
+/// the most hand-outs one of their keys may wait for under fair share.
+const W7_ITEM: Duration = Duration::from_micros(50);
+const W7_TENANTS: usize = 9;
+const W7_PER_TENANT: usize = 10;
+const W7_TARGET: f64 = 100.0;
 /// W2: distinct keys, producers.
 const W2_KEYS: usize = 1000;
 const W2_PRODUCERS: usize = 4;
@@ -193,16 +203,38 @@ async fn join_sum(handles: Vec<JoinHandle<u64>>) -> u64 {
     sum
 }
 
-/// This crate, optionally with metrics and a starvation bound.
+/// This crate, optionally with metrics, a starvation bound or an ordering
+/// other than the default.
 struct Crate {
     metrics: bool,
     bound: Option<Option<Duration>>,
+    ordering: Order,
+}
+
+/// The orderings the workloads run.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Order {
+    /// `Priorities`, the default.
+    Default,
+    Fifo,
+    /// `FairShare` across namespaces (the part of a key before `/`).
+    FairByNamespace,
 }
 
 const CRATE: Crate = Crate {
     metrics: false,
     bound: None,
+    ordering: Order::Default,
 };
+
+/// A key's namespace: its tenant under fair share.
+fn namespace_of(key: &str) -> String {
+    key.split_once('/').map_or(key, |(ns, _)| ns).to_string()
+}
+
+fn fair_by_namespace() -> FairShare<String, String> {
+    FairShare::new(|key: &String| namespace_of(key))
+}
 
 /// The hook behind the "metrics on" rows: the crate's Prometheus metrics when
 /// it has the `prometheus` feature (`cargo bench --bench workloads --features
@@ -250,6 +282,11 @@ impl Subject for Crate {
             Some(None) => name += "[bound=off]",
             None => {}
         }
+        match self.ordering {
+            Order::Default => {}
+            Order::Fifo => name += "[fifo]",
+            Order::FairByNamespace => name += "[fair=namespace]",
+        }
         name
     }
 
@@ -265,35 +302,51 @@ impl Subject for Crate {
         if let Some(Some(bound)) = self.bound {
             builder = builder.starvation_bound(bound);
         }
-        let queue = builder.build();
-        let handles = (0..consumers)
-            .map(|_| {
-                let (queue, work) = (queue.clone(), work.clone());
-                tokio::spawn(async move {
-                    let mut n = 0;
-                    while let Some(item) = queue.get().await {
-                        work(item.key());
-                        n += 1;
-                        // Dropping `item` marks the key done.
-                    }
-                    n
-                })
-            })
-            .collect();
-        let drain_queue = queue.clone();
-        Running {
-            adder: Arc::new(queue),
-            drain: Box::pin(async move {
-                drain_queue.shutdown_with_drain().await;
-                let end = Instant::now();
-                let processed = join_sum(handles).await;
-                Drained { end, processed }
-            }),
+        match self.ordering {
+            Order::Default => start_queue(builder.build(), consumers, work),
+            Order::Fifo => start_queue(builder.ordering(Fifo::new()).build(), consumers, work),
+            Order::FairByNamespace => start_queue(
+                builder.ordering(fair_by_namespace()).build(),
+                consumers,
+                work,
+            ),
         }
     }
 }
 
-impl Adder for WorkQueue<String> {
+/// Starts `consumers` consumers of `queue` that run `work` on each key.
+fn start_queue<O: QueueOrdering<String>>(
+    queue: WorkQueue<String, O>,
+    consumers: usize,
+    work: Work,
+) -> Running {
+    let handles = (0..consumers)
+        .map(|_| {
+            let (queue, work) = (queue.clone(), work.clone());
+            tokio::spawn(async move {
+                let mut n = 0;
+                while let Some(item) = queue.get().await {
+                    work(item.key());
+                    n += 1;
+                    // Dropping `item` marks the key done.
+                }
+                n
+            })
+        })
+        .collect();
+    let drain_queue = queue.clone();
+    Running {
+        adder: Arc::new(queue),
+        drain: Box::pin(async move {
+            drain_queue.shutdown_with_drain().await;
+            let end = Instant::now();
+            let processed = join_sum(handles).await;
+            Drained { end, processed }
+        }),
+    }
+}
+
+impl<O: QueueOrdering<String>> Adder for WorkQueue<String, O> {
     fn add(&self, key: String) {
         WorkQueue::add(self, key).expect("the queue is open");
     }
@@ -1061,12 +1114,111 @@ fn w5(cfg: &Config, report: &mut Report, window: Duration, subjects: &[&dyn Subj
     });
 }
 
+// ------------------------------------------------------------------ W7
+
+/// The index among the other tenants' keys of `key` (`ns-{t}/obj-{j}` with
+/// `t` from 1), or `None` for the flooding tenant's.
+fn w7_other(key: &str) -> Option<usize> {
+    let (ns, obj) = key.split_once('/')?;
+    let t: usize = ns.strip_prefix("ns-")?.parse().ok()?;
+    let j: usize = obj.strip_prefix("obj-")?.parse().ok()?;
+    (t >= 1).then(|| (t - 1) * W7_PER_TENANT + j)
+}
+
+/// W7 tenant flood: one consumer at 50 us an item; `ns-0` adds N keys, then
+/// each of 9 other tenants adds 10. Figures for the other tenants' keys: the
+/// most hand-outs from a key's add to its own hand-out (its own counted),
+/// and the longest wait.
+fn w7(cfg: &Config, report: &mut Report, subjects: &[&dyn Subject]) {
+    let flood = cfg.n(100_000);
+    let others = W7_TENANTS * W7_PER_TENANT;
+    repeat(cfg, report, "W7", subjects, |subject, _| {
+        let flood_keys: Vec<String> = (0..flood).map(|i| format!("ns-0/obj-{i}")).collect();
+        let other_keys: Vec<String> = (1..=W7_TENANTS)
+            .flat_map(|t| (0..W7_PER_TENANT).map(move |j| format!("ns-{t}/obj-{j}")))
+            .collect();
+        let atomics = |n: usize| -> Arc<Vec<AtomicI64>> {
+            Arc::new((0..n).map(|_| AtomicI64::new(-1)).collect())
+        };
+        let (add_seq, out_seq, add_at, out_at) = (
+            atomics(others),
+            atomics(others),
+            atomics(others),
+            atomics(others),
+        );
+        let handed = Arc::new(AtomicI64::new(0));
+        let left = Arc::new(AtomicUsize::new(others));
+        let all_out = Arc::new(Notify::new());
+        let base = Instant::now();
+        let nanos = move |t: Instant| (t - base).as_nanos() as i64;
+        let rt = runtime();
+        rt.block_on(async {
+            let work: Work = {
+                let (handed, left, all_out) = (handed.clone(), left.clone(), all_out.clone());
+                let (out_seq, out_at) = (out_seq.clone(), out_at.clone());
+                Arc::new(move |k: &str| {
+                    let out = Instant::now();
+                    let seq = handed.fetch_add(1, Ordering::SeqCst) + 1;
+                    if left.load(Ordering::SeqCst) == 0 {
+                        return; // every measured key is out: drain quickly
+                    }
+                    if let Some(i) = w7_other(k) {
+                        out_seq[i].store(seq, Ordering::SeqCst);
+                        out_at[i].store(nanos(out), Ordering::SeqCst);
+                        if left.fetch_sub(1, Ordering::SeqCst) == 1 {
+                            all_out.notify_one();
+                        }
+                    }
+                    while out.elapsed() < W7_ITEM {
+                        std::hint::spin_loop();
+                    }
+                })
+            };
+            let running = subject.start(1, work);
+            let adder = running.adder;
+            let (handed, add_seq, add_at) = (handed.clone(), add_seq.clone(), add_at.clone());
+            let producer = tokio::spawn(async move {
+                for k in flood_keys {
+                    adder.add(k);
+                }
+                for (i, k) in other_keys.into_iter().enumerate() {
+                    // Read before the add: a hand-out during the add counts.
+                    add_seq[i].store(handed.load(Ordering::SeqCst), Ordering::SeqCst);
+                    add_at[i].store(nanos(Instant::now()), Ordering::SeqCst);
+                    adder.add(k);
+                }
+            });
+            producer.await.expect("the producer");
+            all_out.notified().await;
+        });
+        drop(rt);
+        let load = |v: &Arc<Vec<AtomicI64>>| -> Vec<i64> {
+            v.iter().map(|a| a.load(Ordering::SeqCst)).collect()
+        };
+        let (add_seq, out_seq, add_at, out_at) =
+            (load(&add_seq), load(&out_seq), load(&add_at), load(&out_at));
+        let most_hand_outs = (0..others)
+            .map(|i| out_seq[i] - add_seq[i])
+            .max()
+            .unwrap_or(0);
+        let longest = (0..others)
+            .map(|i| out_at[i] - add_at[i])
+            .max()
+            .unwrap_or(0);
+        vec![
+            ("others max hand-outs", most_hand_outs as f64),
+            ("others max wait ms", longest as f64 / 1e6),
+        ]
+    });
+}
+
 // ------------------------------------------------------------------ W6
 
 /// The W6 measurements, each made in a fresh process (allocator reuse across
 /// runs would blur resident memory): the variant's name, and what it adds.
-const W6_VARIANTS: [(&str, &str); 5] = [
+const W6_VARIANTS: [(&str, &str); 6] = [
     ("tokio-workqueue", "W6"),
+    ("tokio-workqueue[fair=namespace]", "W6"),
     ("tokio-workqueue", "W6-delayed"),
     ("mpsc", "W6"),
     ("kube-runtime", "W6"),
@@ -1140,6 +1292,16 @@ fn w6_child(variant: &str, n: usize) {
                 std::mem::forget(queue);
                 per_key
             }
+            Some("tokio-workqueue[fair=namespace]") => {
+                let before = rss();
+                let queue = WorkQueue::builder().ordering(fair_by_namespace()).build();
+                for k in keys.drain(..) {
+                    queue.add_after(k, delay).expect("open");
+                }
+                let per_key = measure(before);
+                std::mem::forget(queue);
+                per_key
+            }
             Some("mpsc") => {
                 let before = rss();
                 let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
@@ -1190,16 +1352,19 @@ fn verdicts(report: &Report, cfg: &Config) {
     let metrics = Crate {
         metrics: true,
         bound: None,
+        ordering: Order::Default,
     }
     .name();
     let bound_on = Crate {
         metrics: false,
         bound: Some(Some(W5_BOUND)),
+        ordering: Order::Default,
     }
     .name();
     let bound_off = Crate {
         metrics: false,
         bound: Some(None),
+        ordering: Order::Default,
     }
     .name();
     let c = "tokio-workqueue";
@@ -1305,6 +1470,47 @@ fn verdicts(report: &Report, cfg: &Config) {
             Some(b <= 64.0),
         ));
     }
+    let fair = Crate {
+        ordering: Order::FairByNamespace,
+        ..CRATE
+    }
+    .name();
+    let fifo = Crate {
+        ordering: Order::Fifo,
+        ..CRATE
+    }
+    .name();
+    if let (Some(f), Some(b)) = (m(&fair, "W6", "bytes/key"), m(c, "W6", "bytes/key")) {
+        lines.push((
+            format!(
+                "W6 fair share by namespace: {f:.1} bytes per queued key, {:+.1} vs the default \
+                 (target <= +16)",
+                f - b
+            ),
+            Some(f - b <= 16.0),
+        ));
+    }
+    if let (Some(h), Some(ms)) = (
+        m(&fair, "W7", "others max hand-outs"),
+        m(&fair, "W7", "others max wait ms"),
+    ) {
+        let fifo_figures = match (
+            m(&fifo, "W7", "others max hand-outs"),
+            m(&fifo, "W7", "others max wait ms"),
+        ) {
+            (Some(fh), Some(fms)) => {
+                format!("; FIFO beside it: {fh:.0} hand-outs, {fms:.1} ms (the flood blocks them)")
+            }
+            _ => String::new(),
+        };
+        lines.push((
+            format!(
+                "W7 fair share by namespace: other tenants' keys waited at most {h:.0} hand-outs \
+                 (target <= {W7_TARGET:.0}), {ms:.2} ms{fifo_figures}"
+            ),
+            Some(h <= W7_TARGET),
+        ));
+    }
     #[cfg(feature = "kube")]
     c1::verdicts(report, &mut lines);
     if lines.is_empty() {
@@ -1338,6 +1544,7 @@ fn main() {
     let metrics = Crate {
         metrics: true,
         bound: None,
+        ordering: Order::Default,
     };
     let all: [&dyn Subject; 3] = [&CRATE, &Mpsc, &Kube];
     let with_metrics: [&dyn Subject; 4] = [&CRATE, &metrics, &Mpsc, &Kube];
@@ -1355,12 +1562,23 @@ fn main() {
     let bounded = Crate {
         metrics: false,
         bound: Some(Some(W5_BOUND)),
+        ordering: Order::Default,
     };
     let strict = Crate {
         metrics: false,
         bound: Some(None),
+        ordering: Order::Default,
     };
     w5(&cfg, &mut report, window, &[&bounded, &strict]);
+    let fair = Crate {
+        ordering: Order::FairByNamespace,
+        ..CRATE
+    };
+    let fifo = Crate {
+        ordering: Order::Fifo,
+        ..CRATE
+    };
+    w7(&cfg, &mut report, &[&fair, &fifo]);
     w6(&cfg, &mut report);
     #[cfg(feature = "kube")]
     c1::c1(&cfg, &mut report);

@@ -8,10 +8,11 @@ use std::time::Duration;
 use crate::WorkQueue;
 use crate::limiter::{RateLimiter, TokenBucket, default_controller_rate_limiter};
 use crate::metrics::MetricsHook;
+use crate::ordering::{Ordering, Priorities};
 use crate::throttle::Throttle;
 
 /// Configures a [`WorkQueue`]: its name, rate limiter, metrics, starvation
-/// bound and hand-out throttle.
+/// bound, hand-out throttle and [ordering](Self::ordering).
 ///
 /// ```
 /// use std::time::Duration;
@@ -24,16 +25,18 @@ use crate::throttle::Throttle;
 ///     .build();
 /// assert_eq!(queue.name(), "pods");
 /// ```
-pub struct Builder<K> {
+pub struct Builder<K, O = Priorities> {
     name: String,
     limiter: Option<Box<dyn RateLimiter<K>>>,
     metrics: Option<Box<dyn MetricsHook>>,
     starvation_bound: Option<Duration>,
     throttle: Option<Box<dyn Throttle>>,
+    ordering: O,
 }
 
 impl<K: Clone + Eq + Hash + Send + Sync + 'static> Builder<K> {
-    /// An unnamed FIFO queue with the default controller rate limiter.
+    /// An unnamed queue with the default ordering ([`Priorities`]: FIFO
+    /// within a priority) and the default controller rate limiter.
     pub fn new() -> Self {
         Builder {
             name: String::new(),
@@ -41,9 +44,12 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Builder<K> {
             metrics: None,
             starvation_bound: None,
             throttle: None,
+            ordering: Priorities::new(),
         }
     }
+}
 
+impl<K: Clone + Eq + Hash + Send + Sync + 'static, O: Ordering<K>> Builder<K, O> {
     /// The queue's name: the `name` label of its metrics.
     pub fn name(mut self, name: impl Into<String>) -> Self {
         self.name = name.into();
@@ -65,18 +71,19 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Builder<K> {
     }
 
     /// Bounds how long a ready key can wait while consumers keep taking keys,
-    /// whatever its priority.
+    /// whatever its priority and whatever the [ordering](Self::ordering).
     ///
     /// How: ready keys are also kept in the order they became ready. At each
     /// hand-out, if the oldest ready key has waited half the bound or more, it
-    /// is handed out before any higher priority; otherwise the highest
-    /// priority goes first as usual. The other half of the bound is headroom,
+    /// is handed out before any higher priority; otherwise the ordering's
+    /// choice goes first as usual. The other half of the bound is headroom,
     /// so a backlog of old keys drains within the bound as long as it is not
     /// larger than what consumers take in half the bound.
     ///
     /// Cost: one clock read per key made ready and per hand-out, and a ready
     /// time and two links (24 bytes) per key slot. A zero bound hands keys out
-    /// strictly in the order they became ready, ignoring priorities.
+    /// strictly in the order they became ready, ignoring priorities and the
+    /// ordering.
     ///
     /// Off by default: strict priority, as in controller-runtime.
     pub fn starvation_bound(mut self, bound: Duration) -> Self {
@@ -92,8 +99,45 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Builder<K> {
         self
     }
 
+    /// Which ready key is handed out next: see [`crate::ordering`].
+    ///
+    /// The default is [`Priorities`]. The built-ins are
+    /// [`Fifo`](crate::Fifo), [`Priorities`],
+    /// [`TwoLanes`](crate::ordering::TwoLanes) and
+    /// [`FairShare`](crate::FairShare) (round-robin across tenants within a
+    /// priority); any type that implements [`Ordering`] will do. The queue's
+    /// type names its ordering: `WorkQueue<K, O>`.
+    ///
+    /// Whatever the ordering, the queue keeps its guarantees: one entry and
+    /// one lease per key, delays, the rate limiter, shutdown and drain,
+    /// metrics, and the [starvation bound](Self::starvation_bound), which
+    /// applies to every ordering.
+    ///
+    /// ```
+    /// use tokio_workqueue::{FairShare, WorkQueue};
+    ///
+    /// // One tenant per namespace (keys are "namespace/name").
+    /// let queue: WorkQueue<String, _> = WorkQueue::builder()
+    ///     .name("pods")
+    ///     .ordering(FairShare::new(|key: &String| {
+    ///         key.split_once('/').map_or("", |(ns, _)| ns).to_string()
+    ///     }))
+    ///     .build();
+    /// # drop(queue);
+    /// ```
+    pub fn ordering<P: Ordering<K>>(self, ordering: P) -> Builder<K, P> {
+        Builder {
+            name: self.name,
+            limiter: self.limiter,
+            metrics: self.metrics,
+            starvation_bound: self.starvation_bound,
+            throttle: self.throttle,
+            ordering,
+        }
+    }
+
     /// Builds the queue. It needs no runtime until its first delayed add.
-    pub fn build(self) -> WorkQueue<K> {
+    pub fn build(self) -> WorkQueue<K, O> {
         WorkQueue::from_builder(
             self.name,
             self.limiter
@@ -101,16 +145,19 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Builder<K> {
             self.metrics,
             self.starvation_bound,
             self.throttle,
+            self.ordering,
         )
     }
 }
 
-impl<K: Clone + Eq + Hash + Send + Sync + 'static> Builder<K> {
+impl<K, O> Builder<K, O> {
     /// The name given to [`name`](Self::name) (empty by default).
     pub(crate) fn get_name(&self) -> &str {
         &self.name
     }
+}
 
+impl<K: Clone + Eq + Hash + Send + Sync + 'static, O: Ordering<K> + Clone> Builder<K, O> {
     /// `n` builders for the partitions of one queue: they share this one's
     /// rate limiter, metrics hook and throttle, keep its starvation bound,
     /// and keep its name.
@@ -119,7 +166,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Builder<K> {
     /// and a `PrometheusMetrics` handle serves queues of one name only (it
     /// panics on a second name).
     /// Under one name their series add up, as one queue's would.
-    pub(crate) fn split(self, n: usize) -> Vec<Builder<K>> {
+    pub(crate) fn split(self, n: usize) -> Vec<Builder<K, O>> {
         let limiter: Arc<dyn RateLimiter<K>> = match self.limiter {
             Some(limiter) => Arc::from(limiter),
             None => Arc::new(default_controller_rate_limiter()),
@@ -133,6 +180,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Builder<K> {
                 metrics: metrics.clone().map(|m| Box::new(m) as Box<dyn MetricsHook>),
                 starvation_bound: self.starvation_bound,
                 throttle: throttle.clone().map(|t| Box::new(t) as Box<dyn Throttle>),
+                ordering: self.ordering.clone(),
             })
             .collect()
     }
@@ -144,7 +192,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Default for Builder<K> {
     }
 }
 
-impl<K> fmt::Debug for Builder<K> {
+impl<K, O> fmt::Debug for Builder<K, O> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Builder")
             .field("name", &self.name)
@@ -152,6 +200,7 @@ impl<K> fmt::Debug for Builder<K> {
             .field("metrics", &self.metrics.is_some())
             .field("starvation_bound", &self.starvation_bound)
             .field("throttle", &self.throttle.is_some())
+            .field("ordering", &std::any::type_name::<O>())
             .finish()
     }
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::AddError;
+use crate::ordering::{Ordering, Priorities};
 use crate::queue::{Shared, refused};
 use crate::state::{MAX_DELAY, When};
 use crate::sync::Arc;
@@ -18,6 +19,8 @@ use crate::sync::Arc;
 /// are remembered and it comes back once the lease ends. The lease ends when
 /// the item is dropped, whatever the path: [`done`](Self::done), a `requeue`,
 /// an early return or a panic. So a worker cannot forget to mark a key done.
+///
+/// `O` is the queue's [`Ordering`], as in [`WorkQueue<K, O>`](crate::WorkQueue).
 ///
 /// ```
 /// use tokio_workqueue::WorkQueue;
@@ -34,8 +37,8 @@ use crate::sync::Arc;
 /// assert_eq!(queue.len(), 1);
 /// # }
 /// ```
-pub struct WorkItem<K> {
-    shared: Arc<Shared<K>>,
+pub struct WorkItem<K, O: Ordering<K> = Priorities> {
+    shared: Arc<Shared<K, O>>,
     key: K,
     slot: u32,
     /// The lease's entry in the queue's lease-time table.
@@ -46,9 +49,9 @@ pub struct WorkItem<K> {
     ended: bool,
 }
 
-impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkItem<K> {
+impl<K: Clone + Eq + Hash + Send + Sync + 'static, O: Ordering<K>> WorkItem<K, O> {
     pub(crate) fn new(
-        shared: Arc<Shared<K>>,
+        shared: Arc<Shared<K, O>>,
         key: K,
         slot: u32,
         lease: u32,
@@ -141,7 +144,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkItem<K> {
     }
 }
 
-impl<K> WorkItem<K> {
+impl<K, O: Ordering<K>> WorkItem<K, O> {
     fn end(&mut self, readd: Option<When>, retry: bool) -> Result<(), AddError> {
         if std::mem::replace(&mut self.ended, true) {
             return Ok(());
@@ -183,7 +186,7 @@ impl<K> WorkItem<K> {
     }
 }
 
-impl<K> Deref for WorkItem<K> {
+impl<K, O: Ordering<K>> Deref for WorkItem<K, O> {
     type Target = K;
 
     fn deref(&self) -> &K {
@@ -191,13 +194,13 @@ impl<K> Deref for WorkItem<K> {
     }
 }
 
-impl<K> Drop for WorkItem<K> {
+impl<K, O: Ordering<K>> Drop for WorkItem<K, O> {
     fn drop(&mut self) {
         let _ = self.end(None, false);
     }
 }
 
-impl<K: fmt::Debug> fmt::Debug for WorkItem<K> {
+impl<K: fmt::Debug, O: Ordering<K>> fmt::Debug for WorkItem<K, O> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("WorkItem")
             .field("key", &self.key)

@@ -18,6 +18,11 @@
 //! - **Priorities and lanes**, highest first and FIFO within a priority, with
 //!   an optional [starvation bound](Builder::starvation_bound) that Go's
 //!   priority queue lacks.
+//! - **Swappable orderings** ([`ordering`]): priorities (the default), FIFO,
+//!   two lanes, [fair share](FairShare) across tenants such as namespaces,
+//!   or an order of your own behind the [`Ordering`] trait, chosen with
+//!   [`Builder::ordering`]. The queue's guarantees hold whatever the order,
+//!   and the default costs nothing for the choice.
 //! - **Partitions**: [`Partitioned`] pins each partition (say, all pods of a
 //!   node) to one spawned task, so related keys are handled in order.
 //! - **Metrics** through a [hook](metrics::MetricsHook), and with the
@@ -25,7 +30,9 @@
 //!
 //! # Semantics
 //! 1. Fair: keys come out in the order they became ready (FIFO within a
-//!    priority).
+//!    priority). This and 4 and 6 are the default ordering's; another
+//!    [ordering](Builder::ordering) decides the order instead, and every
+//!    other point holds whatever the ordering.
 //! 2. De-duplicated: a key has at most one entry. Adding a ready key changes
 //!    nothing (unless it raises its priority); adding a key that waits on a
 //!    delay keeps the earlier ready time; an immediate add makes a waiting key
@@ -37,7 +44,8 @@
 //!    [`WorkItem::priority`] tells the priority a key was handed out with, and
 //!    `requeue*` keep it.
 //! 5. Bounded starvation, when configured: a ready key does not wait longer
-//!    than the bound while consumers keep taking keys.
+//!    than the bound while consumers keep taking keys, whatever its
+//!    priority and whatever the ordering.
 //! 6. Two [lanes](Lane) are two named priorities.
 //! 7. Cancel safe: dropping a `get()` future or a stream at any await point
 //!    loses no key.
@@ -89,6 +97,7 @@ pub mod kube;
 pub mod limiter;
 pub mod metrics;
 mod options;
+pub mod ordering;
 pub mod partition;
 mod prefetch;
 mod queue;
@@ -105,6 +114,7 @@ pub use limiter::{
     default_controller_rate_limiter,
 };
 pub use options::{AddOpts, Lane};
+pub use ordering::{FairShare, Fifo, Ordering, Priorities};
 pub use partition::{
     PanicSource, PartitionHandle, PartitionPanic, Partitioned, PartitionedBuilder, ZeroPartitions,
 };

@@ -21,6 +21,7 @@ use crate::item::WorkItem;
 use crate::limiter::RateLimiter;
 use crate::metrics::{MetricsHook, Probe, Snapshot, Source};
 use crate::options::{AddOpts, Lane};
+use crate::ordering::{Ordering, Priorities};
 use crate::prefetch::SharedLayout;
 use crate::state::{Effects, MAX_DELAY, Refused, State, When};
 use crate::sync::{Arc, Mutex, Notify};
@@ -37,6 +38,11 @@ use crate::{Builder, timer};
 ///
 /// Cloning is cheap and every clone is an independent consumer of the same
 /// queue.
+///
+/// The second type parameter is the queue's [`Ordering`]: which ready key is
+/// handed out next. The default, [`Priorities`], hands out the highest
+/// priority first, FIFO within a priority; [`Builder::ordering`] picks
+/// another (for example [`FairShare`](crate::FairShare) across tenants).
 ///
 /// ```
 /// use futures::StreamExt;
@@ -57,16 +63,16 @@ use crate::{Builder, timer};
 /// assert_eq!(seen, ["default/web", "default/db"]);
 /// # }
 /// ```
-pub struct WorkQueue<K> {
-    pub(crate) shared: Arc<Shared<K>>,
+pub struct WorkQueue<K, O: Ordering<K> = Priorities> {
+    pub(crate) shared: Arc<Shared<K, O>>,
     /// The `get` this handle is waiting in when polled as a stream.
-    pending: Option<PendingGet<K>>,
+    pending: Option<PendingGet<K, O>>,
 }
 
-type PendingGet<K> = Pin<Box<dyn Future<Output = Option<WorkItem<K>>> + Send + Sync>>;
+type PendingGet<K, O> = Pin<Box<dyn Future<Output = Option<WorkItem<K, O>>> + Send + Sync>>;
 
-pub(crate) struct Shared<K> {
-    pub(crate) state: Mutex<State<K>>,
+pub(crate) struct Shared<K, O: Ordering<K>> {
+    pub(crate) state: Mutex<State<K, O>>,
     consumers: Notify,
     drained: Notify,
     hasher: hashbrown::DefaultHashBuilder,
@@ -80,44 +86,48 @@ pub(crate) struct Shared<K> {
     throttle: Option<Box<dyn Throttle>>,
     /// Starts the timer task; a function pointer so that code without `K`'s
     /// bounds (the lease end in `Drop`) can requeue with a delay.
-    pub(crate) start_timer: StartTimer<K>,
+    pub(crate) start_timer: StartTimer<K, O>,
 }
 
-pub(crate) type StartTimer<K> = fn(&Arc<Shared<K>>, &mut State<K>) -> Result<(), AddError>;
+pub(crate) type StartTimer<K, O> = fn(&Arc<Shared<K, O>>, &mut State<K, O>) -> Result<(), AddError>;
 
 /// What one attempt to take a key found.
-enum Take<K: Clone + Eq + Hash + Send + Sync + 'static> {
-    Item(WorkItem<K>),
+enum Take<K: Clone + Eq + Hash + Send + Sync + 'static, O: Ordering<K>> {
+    Item(WorkItem<K, O>),
     Empty,
     Closed,
     Throttled(Duration),
 }
 
 impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
-    /// A FIFO queue with the default controller rate limiter and no metrics.
+    /// A queue with the default ordering ([`Priorities`]: FIFO within a
+    /// priority), the default controller rate limiter and no metrics.
     pub fn new() -> Self {
         Builder::new().build()
     }
 
     /// Starts configuring a queue: name, rate limiter, metrics, starvation
-    /// bound, throttle.
+    /// bound, throttle, ordering.
     pub fn builder() -> Builder<K> {
         Builder::new()
     }
+}
 
+impl<K: Clone + Eq + Hash + Send + Sync + 'static, O: Ordering<K>> WorkQueue<K, O> {
     pub(crate) fn from_builder(
         name: String,
         limiter: Box<dyn RateLimiter<K>>,
         metrics: Option<Box<dyn MetricsHook>>,
         starvation_bound: Option<Duration>,
         throttle: Option<Box<dyn Throttle>>,
+        ordering: O,
     ) -> Self {
         let track = metrics.is_some() || starvation_bound.is_some();
         // Keys older than half the bound are served first, oldest first: the
         // other half is headroom for a backlog of such keys to drain.
         let promote_after = starvation_bound.map(|b| b / 2);
         let shared = Arc::new(Shared {
-            state: Mutex::new(State::new(track, promote_after)),
+            state: Mutex::new(State::new(track, promote_after, ordering)),
             consumers: Notify::new(),
             drained: Notify::new(),
             hasher: hashbrown::DefaultHashBuilder::default(),
@@ -127,10 +137,10 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
             name,
             track,
             throttle,
-            start_timer: timer::ensure_running::<K>,
+            start_timer: timer::ensure_running::<K, O>,
         });
         if let Some(m) = &shared.metrics {
-            let weak: std::sync::Weak<Shared<K>> = Arc::downgrade(&shared);
+            let weak: std::sync::Weak<Shared<K, O>> = Arc::downgrade(&shared);
             let source: std::sync::Weak<dyn Source> = weak;
             m.bind(&shared.name, Probe { source });
         }
@@ -218,7 +228,9 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
     /// The queue's gauges now: depth by priority, keys in flight and waiting.
     ///
     /// Lease times are only kept when the queue has metrics or a starvation
-    /// bound; otherwise the two durations are zero.
+    /// bound; otherwise the two durations are zero. The depth by priority is
+    /// then also not kept as keys come and go, but counted by walking every
+    /// key's slot: O(keys) under the lock.
     pub fn snapshot(&self) -> Snapshot {
         self.shared.snapshot()
     }
@@ -228,7 +240,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
     /// Returns `None` once the queue is shut down and has nothing more to
     /// hand out. Cancel safe: dropping the future at any point loses no key,
     /// and a wake-up it had received passes to another consumer.
-    pub async fn get(&self) -> Option<WorkItem<K>> {
+    pub async fn get(&self) -> Option<WorkItem<K, O>> {
         let shared = &self.shared;
         loop {
             match shared.take(false) {
@@ -306,7 +318,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
     }
 }
 
-impl<K: Clone + Eq + Hash + Send + Sync + 'static> Shared<K> {
+impl<K: Clone + Eq + Hash + Send + Sync + 'static, O: Ordering<K>> Shared<K, O> {
     /// Whether a rate-limited add could go ahead now: the queue is open, and
     /// a delay could be timed (a runtime is current, or the timer task of an
     /// earlier one still runs). Asked before the limiter, which counts a
@@ -359,7 +371,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Shared<K> {
         Ok(())
     }
 
-    fn take(self: &Arc<Self>, park: bool) -> Take<K> {
+    fn take(self: &Arc<Self>, park: bool) -> Take<K, O> {
         let now = self.track.then(Instant::now);
         let mut st = self.state.lock();
         if st.ready_len() == 0 {
@@ -410,7 +422,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Shared<K> {
     }
 }
 
-impl<K> Shared<K> {
+impl<K, O: Ordering<K>> Shared<K, O> {
     /// Does what a state change asked for, outside the lock.
     pub(crate) fn apply(&self, mut fx: Effects, wake: u32) {
         if fx.wake_all {
@@ -438,13 +450,13 @@ pub(crate) fn refused(r: Refused) -> AddError {
     }
 }
 
-impl<K: Clone + Eq + Hash + Send + Sync + 'static> Source for Shared<K> {
+impl<K: Clone + Eq + Hash + Send + Sync + 'static, O: Ordering<K>> Source for Shared<K, O> {
     fn snapshot(&self) -> Snapshot {
         Shared::snapshot(self)
     }
 }
 
-impl<K> Drop for Shared<K> {
+impl<K, O: Ordering<K>> Drop for Shared<K, O> {
     fn drop(&mut self) {
         if let Some(task) = self.state.get_mut().timer_task.take() {
             task.abort();
@@ -453,9 +465,9 @@ impl<K> Drop for Shared<K> {
 }
 
 /// Counts a consumer as parked while it waits, so adds know whom to wake.
-struct Parked<'a, K>(&'a Shared<K>);
+struct Parked<'a, K, O: Ordering<K>>(&'a Shared<K, O>);
 
-impl<K> Drop for Parked<'_, K> {
+impl<K, O: Ordering<K>> Drop for Parked<'_, K, O> {
     fn drop(&mut self) {
         self.0.state.lock().parked -= 1;
     }
@@ -467,7 +479,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Default for WorkQueue<K> {
     }
 }
 
-impl<K> Clone for WorkQueue<K> {
+impl<K, O: Ordering<K>> Clone for WorkQueue<K, O> {
     fn clone(&self) -> Self {
         WorkQueue {
             shared: self.shared.clone(),
@@ -476,7 +488,7 @@ impl<K> Clone for WorkQueue<K> {
     }
 }
 
-impl<K> fmt::Debug for WorkQueue<K> {
+impl<K, O: Ordering<K>> fmt::Debug for WorkQueue<K, O> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let st = self.shared.state.lock();
         f.debug_struct("WorkQueue")
@@ -486,10 +498,10 @@ impl<K> fmt::Debug for WorkQueue<K> {
     }
 }
 
-impl<K: Clone + Eq + Hash + Send + Sync + 'static> Stream for WorkQueue<K> {
-    type Item = WorkItem<K>;
+impl<K: Clone + Eq + Hash + Send + Sync + 'static, O: Ordering<K>> Stream for WorkQueue<K, O> {
+    type Item = WorkItem<K, O>;
 
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<WorkItem<K>>> {
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<WorkItem<K, O>>> {
         let this = self.get_mut();
         if this.pending.is_none() {
             // Most polls find a key: only a consumer that must wait pays for

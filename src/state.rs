@@ -10,21 +10,29 @@
 //!                    ▼                                    │ lease ends
 //!                 Leased ──add now──► LeasedDirty      LeasedWaiting
 //!                    │  └──add_after──────────────────────▲
-//!                    ▼ lease ends             │ lease ends: back of its level
+//!                    ▼ lease ends             │ lease ends: pushed again
 //!                  (free)                     ▼
 //!                                           Ready
 //! ```
 //!
-//! Ready nodes sit in intrusive FIFO lists, one per priority level, so a
-//! hand-out, a raise and a removal are O(1) and store no second copy of the
-//! key. The index is a `hashbrown::HashTable` of slot numbers: it holds four
-//! bytes per key and compares keys only on a 32-bit hash match.
+//! Which ready node is handed out next is the business of the queue's
+//! [`Ordering`]: the state tells it when a key becomes ready (`push`), is
+//! added again while ready (`touch`), or is taken out of turn by the
+//! starvation bound (`remove`), and asks it which key to hand out (`pop`).
+//! The ordering keeps what it needs in the ready node itself
+//! (`Place::Ready`'s entry: the default's level links), so it stores no
+//! second copy of the key and, being a type parameter, costs no dispatch.
+//! Everything else stays here: the ordering never sees a key that is not
+//! ready, and a handle it returns is checked before anything is leased. The
+//! index is a `hashbrown::HashTable` of slot numbers: it holds four bytes
+//! per key and compares keys only on a 32-bit hash match.
 //!
 //! When ready times are tracked (metrics or a starvation bound), a side table
 //! keeps each slot's ready time; with a starvation bound a second one links
-//! ready slots by age, so the oldest ready key is found in O(1). Lease start
-//! times sit in a small table of their own, one entry per lease in flight,
-//! which a scrape reads whole.
+//! ready slots by age, so the oldest ready key is found in O(1), whatever
+//! the ordering. Lease start times sit in a small table of their own, one
+//! entry per lease in flight, which a scrape reads whole, and the ready keys
+//! are counted by priority for the depth gauge.
 //!
 //! The timer wheel is not here: it belongs to the timer task
 //! ([`crate::timer`]), which works on it outside the lock. A delayed add
@@ -50,6 +58,7 @@ use std::time::Duration;
 use hashbrown::HashTable;
 use hashbrown::hash_table::Entry;
 
+use crate::ordering::{Handle, Ordering, Queued};
 use crate::prefetch::{self, IndexLayout};
 use tokio::time::Instant;
 
@@ -62,8 +71,8 @@ pub(crate) const NIL: u32 = u32::MAX;
 /// one year keeps every deadline well inside its range.
 pub const MAX_DELAY: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 
-/// Levels are kept when they empty, so a steady mix of priorities does not
-/// allocate; past this many, empty ones are pruned.
+/// Depth counts are kept when they reach zero, so a steady mix of
+/// priorities does not allocate; past this many, zero ones are pruned.
 const MAX_IDLE_LEVELS: usize = 16;
 
 /// The smallest index [`State::rebuild_index`] builds.
@@ -74,14 +83,12 @@ const MIN_INDEX: usize = 16;
 const STALE_SLACK: usize = 1024;
 
 #[derive(Debug, Clone, Copy)]
-enum Place {
+pub(crate) enum Place<E> {
     Free {
         next_free: u32,
     },
-    Ready {
-        prev: u32,
-        next: u32,
-    },
+    /// Ready, with the ordering's entry.
+    Ready(E),
     /// Waiting on the wheel entry with this order number and deadline (the
     /// fields of a [`TimerEntry`], inline so that the node stays 48 bytes).
     Waiting {
@@ -117,23 +124,58 @@ impl TimerEntry {
 }
 
 #[derive(Debug)]
-struct Node<K> {
-    key: Option<K>,
-    place: Place,
+pub(crate) struct Node<K, E> {
+    pub(crate) key: Option<K>,
+    pub(crate) place: Place<E>,
     /// Low 32 bits of the key's hash: enough to rebuild the index without
     /// reading keys, and to skip most key comparisons on lookup.
     hash: u32,
-    /// Ready: the level it sits in. Waiting or dirty: the priority it will
-    /// become ready with.
-    priority: i32,
+    /// Ready: its priority, as the ordering was told. Waiting or dirty: the
+    /// priority it will become ready with.
+    pub(crate) priority: i32,
 }
 
-#[derive(Debug)]
-struct Level {
-    priority: i32,
-    head: u32,
-    tail: u32,
-    len: usize,
+/// Ready keys per priority, highest priority first: the depth gauge.
+#[derive(Debug, Default)]
+struct Depth {
+    levels: Vec<(i32, usize)>,
+}
+
+impl Depth {
+    #[inline]
+    fn add(&mut self, priority: i32) {
+        // Most queues use one priority: it is the first count.
+        match self.levels.first_mut() {
+            Some((p, n)) if *p == priority => *n += 1,
+            _ => self.add_other(priority),
+        }
+    }
+
+    #[inline(never)]
+    fn add_other(&mut self, priority: i32) {
+        match self.levels.iter().position(|&(p, _)| p <= priority) {
+            Some(i) if self.levels[i].0 == priority => self.levels[i].1 += 1,
+            found => {
+                if self.levels.len() >= MAX_IDLE_LEVELS && self.levels.iter().any(|&(_, n)| n == 0)
+                {
+                    self.levels.retain(|&(_, n)| n > 0);
+                    return self.add_other(priority);
+                }
+                let i = found.unwrap_or(self.levels.len());
+                self.levels.insert(i, (priority, 1));
+            }
+        }
+    }
+
+    #[inline]
+    fn remove(&mut self, priority: i32) {
+        let level = self
+            .levels
+            .iter_mut()
+            .find(|(p, _)| *p == priority)
+            .expect("a ready key's priority is counted");
+        level.1 -= 1;
+    }
 }
 
 /// A slot's links in the age list of ready keys.
@@ -163,6 +205,7 @@ struct Times {
     /// Ready keys, oldest ready time first (when `age_list`).
     ready: AgeList,
     leases: Leases,
+    depth: Depth,
 }
 
 /// Start times of the leases in flight, one entry per lease, reused through
@@ -270,14 +313,16 @@ pub(crate) struct Counts {
     pub(crate) dirty: usize,
 }
 
-pub(crate) struct State<K> {
-    nodes: Vec<Node<K>>,
+pub(crate) struct State<K, O: Ordering<K>> {
+    nodes: Vec<Node<K, O::Entry>>,
     free_head: u32,
     index: HashTable<u32>,
     /// Where `index` keeps its groups, for prefetch hints.
     layout: IndexLayout,
-    /// Highest priority first.
-    levels: Vec<Level>,
+    /// Decides which ready key goes next.
+    order: O,
+    /// Keys ready: counted here too, so that `len`, closing and draining
+    /// never depend on the ordering.
     ready_len: usize,
     leased: usize,
     dirty: usize,
@@ -303,14 +348,14 @@ pub(crate) struct State<K> {
     pub(crate) timer_task: Option<tokio::task::AbortHandle>,
 }
 
-impl<K> std::fmt::Debug for State<K> {
+impl<K, O: Ordering<K>> std::fmt::Debug for State<K, O> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("State")
             .field("ready", &self.ready_len)
             .field("leased", &self.leased)
             .field("dirty", &self.dirty)
             .field("waiting", &self.waiting)
-            .field("levels", &self.levels.len())
+            .field("ordering", &std::any::type_name::<O>())
             .field("shutdown", &self.shutdown)
             .finish_non_exhaustive()
     }
@@ -324,13 +369,22 @@ fn wide(h: u32) -> u64 {
     (u64::from(h) << 32) | u64::from(h)
 }
 
+/// The ordering handed out a key that is not ready.
+#[cold]
+#[inline(never)]
+fn not_ready(slot: u32) -> ! {
+    panic!(
+        "the queue's ordering handed out slot {slot}, which holds no ready key: a bug in the ordering"
+    )
+}
+
 /// Takes a slot for a new node: the head of the free list, else a new one
 /// at the end. The caller indexes it.
-fn alloc<K>(
-    nodes: &mut Vec<Node<K>>,
+fn alloc<K, E>(
+    nodes: &mut Vec<Node<K, E>>,
     free_head: &mut u32,
     times: Option<&mut Times>,
-    node: Node<K>,
+    node: Node<K, E>,
 ) -> u32 {
     if *free_head != NIL {
         let slot = *free_head;
@@ -363,7 +417,7 @@ fn alloc<K>(
     slot
 }
 
-impl<K: Eq + Hash> State<K> {
+impl<K: Eq + Hash, O: Ordering<K>> State<K, O> {
     /// Adds `key` (hashed to `h`) with `priority`, ready `when`.
     ///
     /// `now` is the caller's clock reading when times are tracked.
@@ -434,7 +488,7 @@ impl<K: Eq + Hash> State<K> {
     }
 }
 
-impl<K> State<K> {
+impl<K, O: Ordering<K>> State<K, O> {
     /// Builds the index anew with room for twice its keys, in slot order.
     ///
     /// hashbrown grows a full table by walking its buckets and asking each
@@ -484,14 +538,14 @@ impl<K> State<K> {
 
     /// `track_times` keeps ready and lease times (for metrics and the
     /// starvation bound); `promote_after` serves keys that have been ready
-    /// that long before any others.
-    pub(crate) fn new(track_times: bool, promote_after: Option<Duration>) -> Self {
+    /// that long before any others; `order` orders the rest.
+    pub(crate) fn new(track_times: bool, promote_after: Option<Duration>, order: O) -> Self {
         State {
             nodes: Vec::new(),
             free_head: NIL,
             index: HashTable::new(),
             layout: IndexLayout::default(),
-            levels: Vec::new(),
+            order,
             ready_len: 0,
             leased: 0,
             dirty: 0,
@@ -512,6 +566,7 @@ impl<K> State<K> {
                     tail: NIL,
                 },
                 leases: Leases::default(),
+                depth: Depth::default(),
             }),
             promote_after,
             shutdown: false,
@@ -541,16 +596,32 @@ impl<K> State<K> {
 
     pub(crate) fn counts(&self) -> Counts {
         Counts {
-            ready_by_priority: self
-                .levels
-                .iter()
-                .filter(|l| l.len > 0)
-                .map(|l| (l.priority, l.len))
-                .collect(),
+            ready_by_priority: self.ready_by_priority(),
             leased: self.leased,
             waiting: self.waiting,
             dirty: self.dirty,
         }
+    }
+
+    /// Ready keys per priority, highest first: kept as keys come and go when
+    /// times are tracked, else counted by walking the slots.
+    fn ready_by_priority(&self) -> Vec<(i32, usize)> {
+        if let Some(t) = &self.times {
+            return t
+                .depth
+                .levels
+                .iter()
+                .copied()
+                .filter(|&(_, n)| n > 0)
+                .collect();
+        }
+        let mut depth = Depth::default();
+        for node in &self.nodes {
+            if let Place::Ready(_) = node.place {
+                depth.add(node.priority);
+            }
+        }
+        depth.levels
     }
 
     /// Lease start times of the keys in flight, earliest first.
@@ -581,94 +652,23 @@ impl<K> State<K> {
         node.key.take()
     }
 
-    fn level_index(&mut self, priority: i32) -> usize {
-        // Levels are few; the common single-level queue finds it at once.
-        match self.levels.iter().position(|l| l.priority <= priority) {
-            Some(i) if self.levels[i].priority == priority => i,
-            found => {
-                if self.levels.len() >= MAX_IDLE_LEVELS && self.levels.iter().any(|l| l.len == 0) {
-                    self.levels.retain(|l| l.len > 0);
-                    return self.level_index(priority);
-                }
-                let i = found.unwrap_or(self.levels.len());
-                self.levels.insert(
-                    i,
-                    Level {
-                        priority,
-                        head: NIL,
-                        tail: NIL,
-                        len: 0,
-                    },
-                );
-                i
-            }
-        }
-    }
-
-    /// Appends `slot` to the back of its priority level.
-    fn link_ready(&mut self, slot: u32, priority: i32) {
-        let li = self.level_index(priority);
-        let level = &mut self.levels[li];
-        let tail = level.tail;
-        level.tail = slot;
-        if tail == NIL {
-            level.head = slot;
-        }
-        level.len += 1;
-        if tail != NIL {
-            match &mut self.nodes[tail as usize].place {
-                Place::Ready { next, .. } => *next = slot,
-                _ => unreachable!("level tail is not ready"),
-            }
-        }
+    /// A key joins the ready set at `now`: the ordering is told.
+    fn make_ready(&mut self, slot: u32, priority: i32, now: Option<Instant>) {
         let node = &mut self.nodes[slot as usize];
         node.priority = priority;
-        node.place = Place::Ready {
-            prev: tail,
-            next: NIL,
-        };
+        node.place = Place::Ready(O::Entry::default());
+        self.order.push(
+            &mut Queued::new(&mut self.nodes),
+            Handle::new(slot),
+            priority,
+        );
         self.ready_len += 1;
-    }
-
-    /// Takes `slot` out of its level; returns the level's index.
-    fn unlink_ready(&mut self, slot: u32) -> usize {
-        let node = &self.nodes[slot as usize];
-        let Place::Ready { prev, next } = node.place else {
-            unreachable!("unlinking a node that is not ready")
-        };
-        let priority = node.priority;
-        let li = self
-            .levels
-            .iter()
-            .position(|l| l.priority == priority)
-            .expect("ready node without its level");
-        if prev != NIL {
-            if let Place::Ready { next: n, .. } = &mut self.nodes[prev as usize].place {
-                *n = next;
-            }
-        } else {
-            self.levels[li].head = next;
-        }
-        if next != NIL {
-            if let Place::Ready { prev: p, .. } = &mut self.nodes[next as usize].place {
-                *p = prev;
-            }
-        } else {
-            self.levels[li].tail = prev;
-        }
-        self.levels[li].len -= 1;
-        self.ready_len -= 1;
-        li
-    }
-
-    /// A key joins the ready set (at the back of its level) at `now`.
-    fn make_ready(&mut self, slot: u32, priority: i32, now: Option<Instant>) {
-        self.link_ready(slot, priority);
         if let Some(t) = &mut self.times {
             t.ready_at[slot as usize] = now.unwrap_or_else(Instant::now);
             if t.age_list {
                 t.push_back(slot);
             }
+            t.depth.add(priority);
         }
     }
 
@@ -687,13 +687,23 @@ impl<K> State<K> {
         let merged = old.max(priority);
         match (place, when) {
             (Place::Free { .. }, _) => unreachable!("index points at a free slot"),
-            (Place::Ready { .. }, _) => {
+            (Place::Ready(_), _) => {
+                // The ordering decides whether an add of a ready key moves
+                // it; its ready time, and so its place in the age list, is
+                // kept.
                 if priority > old {
-                    // A raise goes to the back of its new level; its ready
-                    // time, and so its place in the age list, is kept.
-                    self.unlink_ready(slot);
-                    self.link_ready(slot, priority);
+                    self.nodes[slot as usize].priority = priority;
+                    if let Some(t) = &mut self.times {
+                        t.depth.remove(old);
+                        t.depth.add(priority);
+                    }
                 }
+                self.order.touch(
+                    &mut Queued::new(&mut self.nodes),
+                    Handle::new(slot),
+                    old,
+                    merged,
+                );
             }
             // The old wheel entry goes stale in each of the cancelling arms.
             (Place::Waiting { .. }, When::Now) => {
@@ -837,7 +847,7 @@ impl<K> State<K> {
         (fx, std::mem::take(&mut self.fresh_wheel))
     }
 
-    fn set(&mut self, slot: u32, place: Place, priority: i32) {
+    fn set(&mut self, slot: u32, place: Place<O::Entry>, priority: i32) {
         let node = &mut self.nodes[slot as usize];
         node.place = place;
         node.priority = priority;
@@ -868,7 +878,7 @@ impl<K> State<K> {
     }
 
     /// Takes the next key: the oldest one past the promotion age if there is
-    /// one, else the front of the highest non-empty level.
+    /// one, else the one the ordering hands out.
     pub(crate) fn pop(&mut self, now: Option<Instant>) -> Option<Popped<K>>
     where
         K: Clone,
@@ -876,23 +886,35 @@ impl<K> State<K> {
         if self.ready_len == 0 {
             return None;
         }
-        let mut slot = NIL;
+        let mut promoted = NIL;
         if let (Some(age), Some(t), Some(now)) = (self.promote_after, &self.times, now) {
             let oldest = t.ready.head;
             if oldest != NIL && now.saturating_duration_since(t.ready_at[oldest as usize]) >= age {
-                slot = oldest;
+                promoted = oldest;
             }
         }
-        if slot == NIL {
-            slot = self
-                .levels
-                .iter()
-                .find(|l| l.len > 0)
-                .map(|l| l.head)
-                .expect("ready_len > 0 with every level empty");
+        let mut queued = Queued::new(&mut self.nodes);
+        let slot = if promoted != NIL {
+            self.order.remove(&mut queued, Handle::new(promoted));
+            promoted
+        } else {
+            match self.order.pop(&mut queued) {
+                Some(h) => h.slot(),
+                None => self.lost_keys(),
+            }
+        };
+        // Whatever the ordering answered, only a ready key is leased.
+        if !matches!(
+            self.nodes.get(slot as usize),
+            Some(Node {
+                place: Place::Ready(_),
+                ..
+            })
+        ) {
+            not_ready(slot);
         }
-        let level = self.unlink_ready(slot);
-        self.prefetch_head(level);
+        self.ready_len -= 1;
+        self.prefetch_head();
         let mut ready_at = None;
         let mut lease = NIL;
         if let Some(t) = &mut self.times {
@@ -901,6 +923,7 @@ impl<K> State<K> {
                 t.unlink(slot);
             }
             lease = t.leases.start(now.unwrap_or_else(Instant::now));
+            t.depth.remove(self.nodes[slot as usize].priority);
         }
         self.leased += 1;
         let node = &mut self.nodes[slot as usize];
@@ -917,43 +940,56 @@ impl<K> State<K> {
         })
     }
 
-    /// Hints what the next hand-outs from `level` will read, so that a
-    /// consumer working through a long queue overlaps those cache misses
-    /// with the current item instead of stalling on each in turn. The next
-    /// key's node was read by the unlinking just done (and fetched early by
-    /// the hand-out before), so it is in cache: from it come the node after
-    /// it, the next key's index group (read at its lease end) and its ready
-    /// time. Each hint runs one hand-out ahead of its use.
+    /// The ordering answered no key while keys are ready.
+    #[cold]
+    #[inline(never)]
+    fn lost_keys(&self) -> ! {
+        panic!(
+            "the queue's ordering ({}) handed out nothing with {} keys ready (it says it holds {}): \
+             a bug in the ordering",
+            std::any::type_name::<O>(),
+            self.ready_len,
+            self.order.len()
+        )
+    }
+
+    /// Hints what the next hand-out will read, so that a consumer working
+    /// through a long queue overlaps those cache misses with the current
+    /// item instead of stalling on each in turn. The ordering names the next
+    /// key (and hints its own next links: for the default, the node after
+    /// it); the next key's node was read by the hand-out just done (and
+    /// fetched early by the one before), so it is in cache: from it come the
+    /// next key's index group (read at its lease end) and its ready time.
+    /// Each hint runs one hand-out ahead of its use.
     ///
     /// Only on a slab too large to stay in cache: on a small one the lines
     /// are already there, and the hints would only add work and pull lines
     /// that another consumer thread may be about to write.
     #[inline]
-    fn prefetch_head(&self, level: usize) {
+    fn prefetch_head(&mut self) {
         /// Slots from which the nodes, ready times and index outgrow a core's
         /// L2 cache (about 60 bytes a slot).
         const LARGE: usize = 1 << 15;
         if self.nodes.len() < LARGE {
             return;
         }
-        let next = self.levels[level].head;
-        if next == NIL {
+        let queued = Queued::new(&mut self.nodes);
+        let Some(next) = self.order.prefetch_next(&queued) else {
             return;
-        }
-        let node = &self.nodes[next as usize];
-        if let Place::Ready { next: after, .. } = node.place
-            && after != NIL
-        {
-            prefetch::prefetch(std::ptr::from_ref(&self.nodes[after as usize]).addr());
-        }
+        };
+        let Some(node) = self.nodes.get(next.index()) else {
+            return;
+        };
         self.layout.prefetch(wide(node.hash));
-        if let Some(t) = &self.times {
-            prefetch::prefetch(std::ptr::from_ref(&t.ready_at[next as usize]).addr());
+        if let Some(t) = &self.times
+            && let Some(at) = t.ready_at.get(next.index())
+        {
+            prefetch::prefetch(std::ptr::from_ref(at).addr());
         }
     }
 
     /// Ends the lease on `slot`, first merging `readd` into it if given
-    /// (a requeue). A dirty key becomes ready at the back of its level; a key
+    /// (a requeue). A dirty key becomes ready (pushed to the ordering); a key
     /// with a pending delay goes back to waiting; any other key is forgotten,
     /// and returned so that it is dropped outside the lock.
     pub(crate) fn finish(
@@ -1070,6 +1106,7 @@ impl Times {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ordering::Priorities;
     use std::hash::BuildHasher;
 
     fn h(k: &str) -> u64 {
@@ -1079,22 +1116,27 @@ mod tests {
         HASHER.get_or_init(Default::default).hash_one(k)
     }
 
-    fn add(st: &mut State<String>, k: &str, p: i32) -> Effects {
+    type St = State<String, Priorities>;
+
+    fn add(st: &mut St, k: &str, p: i32) -> Effects {
         st.add(k.to_string(), h(k), p, When::Now, None).unwrap()
     }
 
-    fn pop(st: &mut State<String>) -> Option<(u32, String, i32)> {
+    fn pop(st: &mut St) -> Option<(u32, String, i32)> {
         st.pop(None).map(|p| (p.slot, p.key, p.priority))
     }
 
     #[test]
-    fn node_is_48_bytes_for_string_keys() {
-        assert_eq!(std::mem::size_of::<Node<String>>(), 48);
+    fn node_is_48_bytes_for_string_keys_with_each_built_in_ordering() {
+        use crate::ordering::{FairShareEntry, Links};
+        assert_eq!(std::mem::size_of::<Node<String, Links>>(), 48);
+        assert_eq!(std::mem::size_of::<Node<String, FairShareEntry>>(), 48);
+        assert_eq!(std::mem::size_of::<Node<String, ()>>(), 48);
     }
 
     #[test]
     fn fifo_and_dedup() {
-        let mut st = State::new(false, None);
+        let mut st = State::new(false, None, Priorities::new());
         assert_eq!(add(&mut st, "a", 0).added, 1);
         assert_eq!(add(&mut st, "b", 0).added, 1);
         assert_eq!(add(&mut st, "a", 0), Effects::default());
@@ -1106,7 +1148,7 @@ mod tests {
 
     #[test]
     fn dirty_key_returns_once_after_lease() {
-        let mut st = State::new(false, None);
+        let mut st = State::new(false, None, Priorities::new());
         let _ = add(&mut st, "a", 0);
         let (slot, _, _) = pop(&mut st).unwrap();
         assert_eq!(add(&mut st, "a", 0).added, 1);
@@ -1123,7 +1165,7 @@ mod tests {
 
     #[test]
     fn priorities_raise_and_never_lower() {
-        let mut st = State::new(false, None);
+        let mut st = State::new(false, None, Priorities::new());
         let _ = add(&mut st, "low", -1);
         let _ = add(&mut st, "mid", 0);
         let _ = add(&mut st, "mid2", 0);
@@ -1138,7 +1180,7 @@ mod tests {
 
     #[test]
     fn lease_starts_come_earliest_first_and_ended_entries_are_reused() {
-        let mut st = State::new(true, None);
+        let mut st = State::new(true, None, Priorities::new());
         let t0 = Instant::now();
         let at = |ms| t0 + Duration::from_millis(ms);
         for k in ["a", "b", "c", "d"] {
@@ -1164,7 +1206,7 @@ mod tests {
 
     #[test]
     fn freed_slots_are_reused() {
-        let mut st = State::new(false, None);
+        let mut st = State::new(false, None, Priorities::new());
         for round in 0..3 {
             for i in 0..100 {
                 let _ = add(&mut st, &format!("k{i}"), 0);
@@ -1178,7 +1220,7 @@ mod tests {
 
     #[test]
     fn shutdown_refuses_and_closes_after_ready_and_dirty_keys() {
-        let mut st = State::new(false, None);
+        let mut st = State::new(false, None, Priorities::new());
         let _ = add(&mut st, "a", 0);
         let _ = add(&mut st, "b", 0);
         let (slot, _, _) = pop(&mut st).unwrap();
@@ -1198,19 +1240,19 @@ mod tests {
         assert!(fx.wake_all && st.is_drained());
     }
 
-    fn add_at(st: &mut State<String>, k: &str, at: Instant) -> Effects {
+    fn add_at(st: &mut St, k: &str, at: Instant) -> Effects {
         st.add(k.to_string(), h(k), 0, When::At(at), None).unwrap()
     }
 
     /// Plays the timer task: takes the entries sent, as it would.
-    fn take_sent(st: &mut State<String>) -> (Vec<TimerEntry>, bool) {
+    fn take_sent(st: &mut St) -> (Vec<TimerEntry>, bool) {
         let mut incoming = Vec::new();
         let (_, fresh) =
             st.timer_round(std::task::Waker::noop(), [], &mut incoming, Instant::now());
         (incoming, fresh)
     }
 
-    fn fire(st: &mut State<String>, entries: &[TimerEntry]) -> Effects {
+    fn fire(st: &mut St, entries: &[TimerEntry]) -> Effects {
         let (fx, _) = st.timer_round(
             std::task::Waker::noop(),
             entries.iter().copied(),
@@ -1222,7 +1264,7 @@ mod tests {
 
     #[test]
     fn delays_merge_and_cancel_without_the_wheel() {
-        let mut st = State::new(false, None);
+        let mut st = State::new(false, None, Priorities::new());
         let now = Instant::now();
         let secs = |s| now + Duration::from_secs(s);
         assert_eq!(add_at(&mut st, "a", secs(10)).added, 0, "added when due");
@@ -1262,7 +1304,7 @@ mod tests {
 
     #[test]
     fn a_live_entry_fires_its_key_once() {
-        let mut st = State::new(false, None);
+        let mut st = State::new(false, None, Priorities::new());
         let at = Instant::now() + Duration::from_millis(1);
         let _ = add_at(&mut st, "a", at);
         let (sent, _) = take_sent(&mut st);
@@ -1281,7 +1323,7 @@ mod tests {
 
     #[test]
     fn stale_entries_are_bounded_by_a_fresh_wheel() {
-        let mut st = State::new(false, None);
+        let mut st = State::new(false, None, Priorities::new());
         let later = Instant::now() + Duration::from_secs(3600);
         let _ = add_at(&mut st, "keeps waiting", later);
         // One key whose delay is cancelled over and over, the entries never
@@ -1315,7 +1357,7 @@ mod tests {
 
     #[test]
     fn the_index_grows_by_rebuilding_and_keeps_every_key() {
-        let mut st = State::new(false, None);
+        let mut st = State::new(false, None, Priorities::new());
         let keys: Vec<String> = (0..5000).map(|i| format!("ns/k{i}")).collect();
         let mut rebuilds = 0;
         for k in &keys {
@@ -1335,7 +1377,7 @@ mod tests {
 
     #[test]
     fn churn_through_tombstones_neither_loses_keys_nor_grows_the_index() {
-        let mut st = State::new(false, None);
+        let mut st = State::new(false, None, Priorities::new());
         // 100 keys stay ready while 20,000 others come and go: removals
         // leave tombstones that use up the table's room, and the rebuild
         // must then clean them rather than double the table each time.
@@ -1360,13 +1402,15 @@ mod tests {
 
     #[test]
     fn many_levels_are_pruned_when_idle() {
-        let mut st = State::new(false, None);
+        let mut st = State::new(true, None, Priorities::new());
         for p in 0..100 {
             let _ = add(&mut st, &format!("k{p}"), p);
             let (slot, _, prio) = pop(&mut st).unwrap();
             assert_eq!(prio, p);
             let _ = st.finish(slot, NIL, None, None).0;
         }
-        assert!(st.levels.len() <= MAX_IDLE_LEVELS);
+        assert!(st.order.level_count() <= MAX_IDLE_LEVELS);
+        assert!(st.times.as_ref().unwrap().depth.levels.len() <= MAX_IDLE_LEVELS);
+        assert!(st.counts().ready_by_priority.is_empty());
     }
 }

@@ -24,6 +24,7 @@ use tokio::time::Instant;
 use tokio_util::time::DelayQueue;
 
 use crate::error::AddError;
+use crate::ordering::Ordering;
 use crate::queue::Shared;
 use crate::state::{State, TimerEntry};
 
@@ -36,9 +37,9 @@ const WHEEL_REFRESH: Duration = Duration::from_secs(30 * 24 * 60 * 60);
 /// Starts the timer task if there is none, or if the runtime that ran the
 /// last one has gone (its wheel went with it, so every pending delay is sent
 /// to the new task).
-pub(crate) fn ensure_running<K: Clone + Eq + Hash + Send + Sync + 'static>(
-    shared: &Arc<Shared<K>>,
-    st: &mut State<K>,
+pub(crate) fn ensure_running<K: Clone + Eq + Hash + Send + Sync + 'static, O: Ordering<K>>(
+    shared: &Arc<Shared<K, O>>,
+    st: &mut State<K, O>,
 ) -> Result<(), AddError> {
     if st.timer_running() {
         return Ok(());
@@ -117,7 +118,10 @@ impl Wheel {
 }
 
 /// `epoch` is the state's, which entries' deadlines count from.
-async fn run<K: Clone + Eq + Hash + Send + Sync + 'static>(queue: Weak<Shared<K>>, epoch: Instant) {
+async fn run<K: Clone + Eq + Hash + Send + Sync + 'static, O: Ordering<K>>(
+    queue: Weak<Shared<K, O>>,
+    epoch: Instant,
+) {
     let mut wheel = Wheel::new();
     poll_fn(|cx| {
         loop {

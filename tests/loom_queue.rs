@@ -19,6 +19,10 @@
 //! tests (`tests/model.rs`, on paused tokio time), the multi-threaded stress
 //! test (`tests/stress.rs`) and the soak example (`examples/soak.rs`).
 //!
+//! The models that hand keys out run again with each built-in ordering
+//! plugged in (`*_with_each_ordering`): the queue's guarantees must not
+//! depend on it.
+//!
 //! The preemption bound defaults to 3 (override with `LOOM_MAX_PREEMPTIONS`).
 #![cfg(tokio_workqueue_loom)]
 
@@ -29,7 +33,8 @@ use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::task::{Context, Poll, Waker};
 
 use loom::thread;
-use tokio_workqueue::{AddError, WorkQueue};
+use tokio_workqueue::ordering::{Ordering, TwoLanes};
+use tokio_workqueue::{AddError, FairShare, Fifo, WorkQueue};
 
 fn model(f: impl Fn() + Sync + Send + 'static) {
     let mut b = loom::model::Builder::new();
@@ -41,6 +46,30 @@ fn model(f: impl Fn() + Sync + Send + 'static) {
 
 fn queue() -> WorkQueue<u32> {
     WorkQueue::new()
+}
+
+fn fifo() -> WorkQueue<u32, Fifo> {
+    WorkQueue::builder().ordering(Fifo::new()).build()
+}
+
+fn two_lanes() -> WorkQueue<u32, TwoLanes> {
+    WorkQueue::builder().ordering(TwoLanes::new()).build()
+}
+
+fn fair_share() -> WorkQueue<u32, FairShare<u32, u32>> {
+    WorkQueue::builder()
+        .ordering(FairShare::new(|k: &u32| k % 2))
+        .build()
+}
+
+/// Runs a model's body with each built-in ordering besides the default:
+/// hand-outs go through the ordering, so its guarantees are checked again.
+macro_rules! each_ordering {
+    ($body:ident) => {{
+        $body(fifo);
+        $body(two_lanes);
+        $body(fair_share);
+    }};
 }
 
 /// Polls `fut` once with a waker that does nothing, as a `select!` that
@@ -57,7 +86,16 @@ fn poll_once<F: Future>(fut: F) -> Option<F::Output> {
 /// whatever the interleaving (no lost wake-up).
 #[test]
 fn add_vs_get_no_lost_wake_up() {
-    model(|| {
+    add_vs_get(queue);
+}
+
+#[test]
+fn add_vs_get_no_lost_wake_up_with_each_ordering() {
+    each_ordering!(add_vs_get);
+}
+
+fn add_vs_get<O: Ordering<u32>>(queue: fn() -> WorkQueue<u32, O>) {
+    model(move || {
         let q = queue();
         let consumer = {
             let q = q.clone();
@@ -73,7 +111,16 @@ fn add_vs_get_no_lost_wake_up() {
 /// key, the two keys are different, and neither consumer hangs.
 #[test]
 fn two_consumers_two_keys() {
-    model(|| {
+    two_consumers(queue);
+}
+
+#[test]
+fn two_consumers_two_keys_with_each_ordering() {
+    each_ordering!(two_consumers);
+}
+
+fn two_consumers<O: Ordering<u32>>(queue: fn() -> WorkQueue<u32, O>) {
+    model(move || {
         let q = queue();
         let consumers: Vec<_> = (0..2)
             .map(|_| {
@@ -102,7 +149,16 @@ fn two_consumers_two_keys() {
 /// comes back exactly once, and never while the first lease is held.
 #[test]
 fn add_during_lease_comes_back_exactly_once() {
-    model(|| {
+    add_during_lease(queue);
+}
+
+#[test]
+fn add_during_lease_comes_back_exactly_once_with_each_ordering() {
+    each_ordering!(add_during_lease);
+}
+
+fn add_during_lease<O: Ordering<u32>>(queue: fn() -> WorkQueue<u32, O>) {
+    model(move || {
         let q = queue();
         q.add(7).unwrap();
         let item = loom::future::block_on(q.get()).unwrap();
@@ -135,7 +191,16 @@ fn add_during_lease_comes_back_exactly_once() {
 /// A requeue racing a plain add of the same key: one entry, not two.
 #[test]
 fn requeue_and_add_race_to_one_entry() {
-    model(|| {
+    requeue_and_add(queue);
+}
+
+#[test]
+fn requeue_and_add_race_to_one_entry_with_each_ordering() {
+    each_ordering!(requeue_and_add);
+}
+
+fn requeue_and_add<O: Ordering<u32>>(queue: fn() -> WorkQueue<u32, O>) {
+    model(move || {
         let q = queue();
         q.add(3).unwrap();
         let item = loom::future::block_on(q.get()).unwrap();
@@ -174,7 +239,16 @@ fn shutdown_wakes_a_parked_get() {
 /// if the add was accepted, `None` otherwise; nothing hangs.
 #[test]
 fn shutdown_add_and_get_race() {
-    model(|| {
+    shutdown_add_and_get(queue);
+}
+
+#[test]
+fn shutdown_add_and_get_race_with_each_ordering() {
+    each_ordering!(shutdown_add_and_get);
+}
+
+fn shutdown_add_and_get<O: Ordering<u32>>(queue: fn() -> WorkQueue<u32, O>) {
+    model(move || {
         let q = queue();
         let consumer = {
             let q = q.clone();
@@ -218,7 +292,16 @@ fn drain_vs_last_lease_end() {
 /// consumer thread does both while the drain and a dirty re-add race.
 #[test]
 fn drain_waits_for_ready_and_dirty_keys() {
-    model(|| {
+    drain_waits(queue);
+}
+
+#[test]
+fn drain_waits_for_ready_and_dirty_keys_with_each_ordering() {
+    each_ordering!(drain_waits);
+}
+
+fn drain_waits<O: Ordering<u32>>(queue: fn() -> WorkQueue<u32, O>) {
+    model(move || {
         let q = queue();
         q.add(1).unwrap();
         let item = loom::future::block_on(q.get()).unwrap();
@@ -251,7 +334,16 @@ fn drain_waits_for_ready_and_dirty_keys() {
 /// other consumer, which gets the key instead of hanging.
 #[test]
 fn a_dropped_get_passes_its_wake_up_on() {
-    model(|| {
+    dropped_get(queue);
+}
+
+#[test]
+fn a_dropped_get_passes_its_wake_up_on_with_each_ordering() {
+    each_ordering!(dropped_get);
+}
+
+fn dropped_get<O: Ordering<u32>>(queue: fn() -> WorkQueue<u32, O>) {
+    model(move || {
         let q = queue();
         let quitter = {
             let q = q.clone();
@@ -280,8 +372,17 @@ fn a_dropped_get_passes_its_wake_up_on() {
 /// thread and ends once the queue is shut down.
 #[test]
 fn stream_consumer_gets_the_key_then_ends() {
+    stream_consumer(queue);
+}
+
+#[test]
+fn stream_consumer_gets_the_key_then_ends_with_each_ordering() {
+    each_ordering!(stream_consumer);
+}
+
+fn stream_consumer<O: Ordering<u32>>(queue: fn() -> WorkQueue<u32, O>) {
     use futures::StreamExt;
-    model(|| {
+    model(move || {
         let q = queue();
         let consumer = {
             let mut stream = q.clone();

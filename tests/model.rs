@@ -36,6 +36,7 @@ mod support;
 use proptest::prelude::*;
 use support::driver::{Config, EndHow, Op, run};
 use support::model::Key;
+use support::order_model::OrderingKind;
 
 const KEYS: Key = 6;
 
@@ -81,6 +82,7 @@ fn config() -> impl Strategy<Value = Config> {
         prop::bool::weighted(0.3).prop_map(move |metrics| Config {
             starvation_bound_ms,
             metrics,
+            ordering: OrderingKind::Priorities,
         })
     })
 }
@@ -124,7 +126,11 @@ fn hand_outs(cfg: Config, ops: &[Op]) -> Vec<(Key, i32)> {
     use support::model::{Backoff, End, Model};
     // The same ops through the real queue first: it must agree step by step.
     run(cfg, ops);
-    let mut m = Model::new(cfg.starvation_bound_ms.map(u64::from), Backoff::new(1, 4));
+    let mut m = Model::new(
+        cfg.starvation_bound_ms.map(u64::from),
+        Backoff::new(1, 4),
+        cfg.ordering,
+    );
     let mut leased: Vec<Key> = Vec::new();
     let mut out = Vec::new();
     for op in ops {
@@ -162,6 +168,7 @@ fn hand_outs(cfg: Config, ops: &[Op]) -> Vec<(Key, i32)> {
 const STRICT: Config = Config {
     starvation_bound_ms: None,
     metrics: true,
+    ordering: OrderingKind::Priorities,
 };
 
 #[test]
@@ -279,6 +286,7 @@ fn with_a_starvation_bound_keys_older_than_half_of_it_go_first_oldest_first() {
     let bound = Config {
         starvation_bound_ms: Some(4),
         metrics: false,
+        ordering: OrderingKind::Priorities,
     };
     let ops = [
         add(1, -2, 0), // ready at 0
@@ -300,6 +308,7 @@ fn a_zero_starvation_bound_is_strict_ready_time_fifo() {
     let zero = Config {
         starvation_bound_ms: Some(0),
         metrics: false,
+        ordering: OrderingKind::Priorities,
     };
     let ops = [
         add(1, -2, 0),

@@ -1,8 +1,9 @@
 //! Fuzz target: random operation sequences against the reference model.
 //!
 //! The driver and the model are the property tests' (`tests/support/`);
-//! this file only turns fuzzer bytes into a `Config` and an op sequence with
-//! the same ranges as the proptest strategies in `tests/model.rs`.
+//! this file only turns fuzzer bytes into a `Config` (the ordering plugged
+//! in among them) and an op sequence with the same ranges as the proptest
+//! strategies in `tests/model.rs`.
 #![no_main]
 
 #[path = "../../tests/support/mod.rs"]
@@ -11,6 +12,7 @@ mod support;
 use arbitrary::{Arbitrary, Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use support::driver::{Config, EndHow, Op, run};
+use support::order_model::OrderingKind;
 
 /// Keys 0..6, so that adds collide often.
 const KEYS: u8 = 6;
@@ -69,6 +71,11 @@ impl<'a> Arbitrary<'a> for Input {
             _ => Some(u.int_in_range(1..=12)?),
         };
         let metrics = u.ratio(1, 3)?;
+        // Every built-in ordering, the default most often.
+        let ordering = match u.int_in_range(0..=8u8)? {
+            i @ 0..=5 => OrderingKind::ALL[usize::from(i)],
+            _ => OrderingKind::Priorities,
+        };
         let mut ops = Vec::new();
         while !u.is_empty() && ops.len() < MAX_OPS {
             ops.push(op(u)?);
@@ -77,6 +84,7 @@ impl<'a> Arbitrary<'a> for Input {
             cfg: Config {
                 starvation_bound_ms,
                 metrics,
+                ordering,
             },
             ops,
         })

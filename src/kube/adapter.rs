@@ -13,6 +13,7 @@ use kube_runtime::reflector::ObjectRef;
 use kube_runtime::watcher::{self, Event};
 
 use super::triage::{Cause, Triage};
+use crate::ordering::{Ordering, Priorities};
 use crate::{AddError, AddOpts, Lane, WorkQueue};
 
 /// The priorities a [`WatchAdapter`] adds keys with, one per [`Cause`].
@@ -156,6 +157,10 @@ pub type ObjectRefFn<T> = fn(&T) -> ObjectRef<T>;
 /// [`WatchQueueExt::enqueue`] on the watcher stream), or feed events by hand
 /// with [`handle`](Self::handle).
 ///
+/// The queue may have any [`Ordering`]: for fair share across namespaces,
+/// build it with `.ordering(FairShare::by_namespace())`
+/// ([`FairShare::by_namespace`](crate::FairShare::by_namespace)).
+///
 /// ```
 /// use futures::StreamExt;
 /// use k8s_openapi::api::core::v1::ConfigMap;
@@ -189,8 +194,8 @@ pub type ObjectRefFn<T> = fn(&T) -> ObjectRef<T>;
 /// assert_eq!(queue.get().await.unwrap().key().name, "b");
 /// # });
 /// ```
-pub struct WatchAdapter<T, K = ObjectRef<T>, F = ObjectRefFn<T>> {
-    queue: WorkQueue<K>,
+pub struct WatchAdapter<T, K = ObjectRef<T>, F = ObjectRefFn<T>, O: Ordering<K> = Priorities> {
+    queue: WorkQueue<K, O>,
     key_fn: F,
     priorities: WatchPriorities,
     triage: Triage<K>,
@@ -199,7 +204,7 @@ pub struct WatchAdapter<T, K = ObjectRef<T>, F = ObjectRefFn<T>> {
     _object: PhantomData<fn(&T)>,
 }
 
-impl<T, K, F> fmt::Debug for WatchAdapter<T, K, F> {
+impl<T, K, F, O: Ordering<K>> fmt::Debug for WatchAdapter<T, K, F, O> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("WatchAdapter")
             .field("priorities", &self.priorities)
@@ -211,28 +216,30 @@ impl<T, K, F> fmt::Debug for WatchAdapter<T, K, F> {
     }
 }
 
-impl<T> WatchAdapter<T>
+impl<T, O> WatchAdapter<T, ObjectRef<T>, ObjectRefFn<T>, O>
 where
     T: Resource + 'static,
     T::DynamicType: Default + Clone + Eq + Hash + Send + Sync,
+    O: Ordering<ObjectRef<T>>,
 {
     /// An adapter that adds each object's [`ObjectRef`] to `queue`.
-    pub fn new(queue: WorkQueue<ObjectRef<T>>) -> Self {
+    pub fn new(queue: WorkQueue<ObjectRef<T>, O>) -> Self {
         WatchAdapter::with_key_fn(queue, ObjectRef::from_obj as ObjectRefFn<T>)
     }
 }
 
-impl<T, K, F> WatchAdapter<T, K, F>
+impl<T, K, F, O> WatchAdapter<T, K, F, O>
 where
     T: Resource,
     K: Clone + Eq + Hash + Send + Sync + 'static,
     F: FnMut(&T) -> K,
+    O: Ordering<K>,
 {
     /// An adapter that adds `key_fn(&object)` to `queue`.
     ///
     /// Several objects may map to one key (for example their namespace, or
     /// an owner): the key is added whenever any of them changes.
-    pub fn with_key_fn(queue: WorkQueue<K>, key_fn: F) -> Self {
+    pub fn with_key_fn(queue: WorkQueue<K, O>, key_fn: F) -> Self {
         WatchAdapter {
             queue,
             key_fn,
@@ -257,7 +264,7 @@ where
     }
 
     /// The queue keys are added to.
-    pub fn queue(&self) -> &WorkQueue<K> {
+    pub fn queue(&self) -> &WorkQueue<K, O> {
         &self.queue
     }
 
@@ -276,7 +283,7 @@ where
 
     /// Adds everything from `events` to the queue, as a stream of what was
     /// added (see [`WatchQueueExt::enqueue`]).
-    pub fn watch<S>(self, events: S) -> Enqueue<S, T, K, F>
+    pub fn watch<S>(self, events: S) -> Enqueue<S, T, K, F, O>
     where
         S: Stream<Item = Result<Event<T>, watcher::Error>>,
     {
@@ -299,8 +306,8 @@ where
 
 /// Adds `key` for `cause` with its priority, records the outcome in `out`,
 /// and tells whether the queue took it.
-fn add<K: Clone + Eq + Hash + Send + Sync + 'static>(
-    queue: &WorkQueue<K>,
+fn add<K: Clone + Eq + Hash + Send + Sync + 'static, O: Ordering<K>>(
+    queue: &WorkQueue<K, O>,
     priorities: &WatchPriorities,
     out: &mut VecDeque<Result<Enqueued<K>, EnqueueError<K>>>,
     key: K,
@@ -332,14 +339,14 @@ fn add<K: Clone + Eq + Hash + Send + Sync + 'static>(
 /// without taking it. The adds happen only while the stream is polled, so
 /// keep polling it (for example with `for_each` on a spawned task).
 #[must_use = "streams do nothing unless polled"]
-pub struct Enqueue<S, T, K = ObjectRef<T>, F = ObjectRefFn<T>> {
+pub struct Enqueue<S, T, K = ObjectRef<T>, F = ObjectRefFn<T>, O: Ordering<K> = Priorities> {
     events: Pin<Box<S>>,
-    adapter: WatchAdapter<T, K, F>,
+    adapter: WatchAdapter<T, K, F, O>,
     refused: bool,
     ended: bool,
 }
 
-impl<S, T, K, F> fmt::Debug for Enqueue<S, T, K, F> {
+impl<S, T, K, F, O: Ordering<K>> fmt::Debug for Enqueue<S, T, K, F, O> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Enqueue")
             .field("adapter", &self.adapter)
@@ -349,19 +356,20 @@ impl<S, T, K, F> fmt::Debug for Enqueue<S, T, K, F> {
     }
 }
 
-impl<S, T, K, F> Enqueue<S, T, K, F> {
+impl<S, T, K, F, O: Ordering<K>> Enqueue<S, T, K, F, O> {
     /// The adapter, with what it has learnt of the objects so far.
-    pub fn adapter(&self) -> &WatchAdapter<T, K, F> {
+    pub fn adapter(&self) -> &WatchAdapter<T, K, F, O> {
         &self.adapter
     }
 }
 
-impl<S, T, K, F> Stream for Enqueue<S, T, K, F>
+impl<S, T, K, F, O> Stream for Enqueue<S, T, K, F, O>
 where
     S: Stream<Item = Result<Event<T>, watcher::Error>>,
     T: Resource,
     K: Clone + Eq + Hash + Send + Sync + 'static,
     F: FnMut(&T) -> K,
+    O: Ordering<K>,
 {
     type Item = Result<Enqueued<K>, EnqueueError<K>>;
 
@@ -391,7 +399,7 @@ where
     }
 }
 
-impl<S, T, K, F> Unpin for Enqueue<S, T, K, F> {}
+impl<S, T, K, F, O: Ordering<K>> Unpin for Enqueue<S, T, K, F, O> {}
 
 /// Adds [`enqueue`](Self::enqueue) to kube-runtime watcher streams.
 pub trait WatchQueueExt<T>: Stream<Item = Result<Event<T>, watcher::Error>> + Sized {
@@ -421,21 +429,26 @@ pub trait WatchQueueExt<T>: Stream<Item = Result<Event<T>, watcher::Error>> + Si
     /// tokio::spawn(feeder);
     /// # }
     /// ```
-    fn enqueue(self, queue: WorkQueue<ObjectRef<T>>) -> Enqueue<Self, T>
+    fn enqueue<O>(
+        self,
+        queue: WorkQueue<ObjectRef<T>, O>,
+    ) -> Enqueue<Self, T, ObjectRef<T>, ObjectRefFn<T>, O>
     where
         T: Resource + 'static,
         T::DynamicType: Default + Clone + Eq + Hash + Send + Sync,
+        O: Ordering<ObjectRef<T>>,
     {
         WatchAdapter::new(queue).watch(self)
     }
 
     /// Adds every object this watcher reports to the adapter's queue; see
     /// [`WatchAdapter`].
-    fn enqueue_with<K, F>(self, adapter: WatchAdapter<T, K, F>) -> Enqueue<Self, T, K, F>
+    fn enqueue_with<K, F, O>(self, adapter: WatchAdapter<T, K, F, O>) -> Enqueue<Self, T, K, F, O>
     where
         T: Resource,
         K: Clone + Eq + Hash + Send + Sync + 'static,
         F: FnMut(&T) -> K,
+        O: Ordering<K>,
     {
         adapter.watch(self)
     }

@@ -12,7 +12,8 @@
 //! Inside a partition every guarantee of [`WorkQueue`] holds: de-duplication,
 //! stingy leases, delays, priorities and lanes, the starvation bound and rate
 //! limits. Since a key always goes to the same partition, a key is also
-//! de-duplicated across the whole partitioned queue.
+//! de-duplicated across the whole partitioned queue. Partitions use the
+//! default [ordering](crate::ordering) ([`Priorities`](crate::Priorities)).
 //!
 //! # Edge cases
 //!

@@ -93,12 +93,6 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Partitioned<K> {
         }
     }
 
-    /// The partitions' queues, in partition order.
-    #[cfg(feature = "kube")]
-    pub(crate) fn queues(&self) -> &[WorkQueue<K>] {
-        &self.inner.queues
-    }
-
     /// The name given to [`PartitionedBuilder::name`] (empty by default).
     pub fn name(&self) -> &str {
         &self.inner.name

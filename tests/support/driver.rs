@@ -16,9 +16,13 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_test::task::{Spawn, spawn};
 use tokio_workqueue::metrics::MetricsHook;
-use tokio_workqueue::{AddError, AddOpts, ExponentialBackoff, WorkItem, WorkQueue};
+use tokio_workqueue::ordering::{Ordering, TwoLanes};
+use tokio_workqueue::{
+    AddError, AddOpts, Builder, ExponentialBackoff, FairShare, Fifo, WorkItem, WorkQueue,
+};
 
 use super::model::{Backoff, End, Key, Model, ShuttingDown};
+use super::order_model::OrderingKind;
 
 /// The operation language.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,6 +76,8 @@ pub struct Config {
     pub starvation_bound_ms: Option<u8>,
     /// With a metrics hook, whose events are checked against the model.
     pub metrics: bool,
+    /// The ordering plugged in (and its reference model).
+    pub ordering: OrderingKind,
 }
 
 /// A metrics hook that counts what it is told.
@@ -105,24 +111,24 @@ impl MetricsHook for Counting {
 /// The rate limiter both sides use: 1 ms, 2 ms, 4 ms, 4 ms, ...
 const BACKOFF: (u64, u64) = (1, 4);
 
-type GetFut = Pin<Box<dyn Future<Output = Option<WorkItem<Key>>> + Send>>;
+type GetFut<O> = Pin<Box<dyn Future<Output = Option<WorkItem<Key, O>>> + Send>>;
 type DrainFut = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// The real queue, its consumers and leases, and the model.
-pub struct Driver {
-    q: WorkQueue<Key>,
+pub struct Driver<O: Ordering<Key>> {
+    q: WorkQueue<Key, O>,
     model: Model,
     /// Leases held, and when each started.
-    leases: Vec<(WorkItem<Key>, Instant)>,
+    leases: Vec<(WorkItem<Key, O>, Instant)>,
     /// Whether the queue keeps times (a starvation bound or metrics).
     track: bool,
     hook: Option<Arc<Counting>>,
     /// Leases ended, and their total length.
     ended: u64,
     worked: Duration,
-    gets: Vec<Spawn<GetFut>>,
+    gets: Vec<Spawn<GetFut<O>>>,
     /// The stream consumer, and whether its last poll was pending.
-    stream: Option<(Spawn<WorkQueue<Key>>, bool)>,
+    stream: Option<(Spawn<WorkQueue<Key, O>>, bool)>,
     /// A `shutdown_with_drain()` in progress, and whether it was polled.
     drain: Option<(Spawn<DrainFut>, bool)>,
     step: usize,
@@ -140,13 +146,43 @@ async fn settle() {
 /// Runs `ops` and then quiesces; panics on any disagreement. Builds its own
 /// paused current-thread runtime.
 pub fn run(cfg: Config, ops: &[Op]) -> usize {
+    match cfg.ordering {
+        OrderingKind::Priorities => run_with(cfg, ops, |b| b),
+        OrderingKind::TwoLanes => run_with(cfg, ops, |b| b.ordering(TwoLanes::new())),
+        OrderingKind::Fifo => run_with(cfg, ops, |b| b.ordering(Fifo::new())),
+        OrderingKind::FairShare {
+            tenants,
+            weight0,
+            subgroups,
+        } => {
+            let mut fair = FairShare::new(move |k: &Key| k % tenants);
+            if let Some(w) = std::num::NonZeroU32::new(weight0.into()) {
+                fair = fair.weight(0, w);
+            }
+            match subgroups {
+                None => run_with(cfg, ops, move |b| b.ordering(fair)),
+                Some(n) => {
+                    let fair = fair.then_by(move |k: &Key| (k / tenants) % n);
+                    run_with(cfg, ops, move |b| b.ordering(fair))
+                }
+            }
+        }
+    }
+}
+
+/// [`run`] with the ordering `order` puts on the builder.
+fn run_with<O: Ordering<Key>>(
+    cfg: Config,
+    ops: &[Op],
+    order: impl FnOnce(Builder<Key>) -> Builder<Key, O>,
+) -> usize {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
         .build()
         .unwrap();
     rt.block_on(async {
-        let mut d = Driver::new(cfg);
+        let mut d = Driver::new(cfg, order);
         for op in ops {
             d.apply(*op).await;
         }
@@ -155,11 +191,13 @@ pub fn run(cfg: Config, ops: &[Op]) -> usize {
     })
 }
 
-impl Driver {
-    pub fn new(cfg: Config) -> Self {
+impl<O: Ordering<Key>> Driver<O> {
+    pub fn new(cfg: Config, order: impl FnOnce(Builder<Key>) -> Builder<Key, O>) -> Self {
         let ms = Duration::from_millis;
-        let mut b = WorkQueue::builder()
-            .rate_limiter(ExponentialBackoff::new(ms(BACKOFF.0), ms(BACKOFF.1)).unwrap());
+        let mut b = order(
+            WorkQueue::builder()
+                .rate_limiter(ExponentialBackoff::new(ms(BACKOFF.0), ms(BACKOFF.1)).unwrap()),
+        );
         if let Some(bound) = cfg.starvation_bound_ms {
             b = b.starvation_bound(ms(bound.into()));
         }
@@ -176,6 +214,7 @@ impl Driver {
             model: Model::new(
                 cfg.starvation_bound_ms.map(u64::from),
                 Backoff::new(BACKOFF.0, BACKOFF.1),
+                cfg.ordering,
             ),
             leases: Vec::new(),
             gets: Vec::new(),
@@ -210,7 +249,7 @@ impl Driver {
             }
             Op::Get => {
                 let q = self.q.clone();
-                let fut: GetFut = Box::pin(async move { q.get().await });
+                let fut: GetFut<O> = Box::pin(async move { q.get().await });
                 let mut get = spawn(fut);
                 match get.poll() {
                     Poll::Ready(out) => self.handed(out, "get"),
@@ -339,7 +378,7 @@ impl Driver {
     }
 
     /// A consumer got `out`: the model must hand out the same.
-    fn handed(&mut self, out: Option<WorkItem<Key>>, who: &str) {
+    fn handed(&mut self, out: Option<WorkItem<Key, O>>, who: &str) {
         match out {
             Some(item) => {
                 let expected = self.model.pop();

@@ -4,3 +4,4 @@
 
 pub mod driver;
 pub mod model;
+pub mod order_model;

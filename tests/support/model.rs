@@ -1,11 +1,16 @@
 //! A reference model of the queue's semantics (DESIGN.md 1-9), written to be
 //! obviously right rather than fast: one `Vec` of entries, searched linearly.
+//! Which ready key goes next is up to a reference order
+//! (`order_model.rs`), told what the queue tells its ordering; the starvation
+//! bound, which takes the oldest key out of turn, is the queue's own.
 //!
 //! Time is whole milliseconds since the queue was made. The model knows no
 //! tokio: the driver (`driver.rs`) runs the real queue next to it and
 //! compares every answer.
 
 use std::time::Duration;
+
+use super::order_model::{OrderModel, OrderingKind};
 
 /// Keys are small numbers, so that adds collide often.
 pub type Key = u8;
@@ -17,12 +22,11 @@ pub struct ShuttingDown;
 /// Where one key is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Entry {
-    /// Ready to be handed out. `level_seq` orders it within its priority
-    /// (it changes when a raise moves it to the back of a new level);
-    /// `age_seq` and `ready_at` say when it became ready (kept on a raise).
+    /// Ready to be handed out; its place in the order is the order
+    /// model's. `age_seq` and `ready_at` say when it became ready (kept on a
+    /// raise).
     Ready {
         priority: i32,
-        level_seq: u64,
         age_seq: u64,
         ready_at: u64,
     },
@@ -115,6 +119,8 @@ pub struct Model {
     pub promote_after: Option<Duration>,
     pub shutdown: bool,
     pub limiter: Backoff,
+    /// Which ready key goes next, bound aside.
+    pub order: OrderModel,
     seq: u64,
     /// What a metrics hook should have been told: keys that joined the set
     /// waiting to be processed (client-go's adds), accepted rate-limited
@@ -125,13 +131,14 @@ pub struct Model {
 }
 
 impl Model {
-    pub fn new(starvation_bound_ms: Option<u64>, limiter: Backoff) -> Self {
+    pub fn new(starvation_bound_ms: Option<u64>, limiter: Backoff, ordering: OrderingKind) -> Self {
         Model {
             entries: Vec::new(),
             now: 0,
             promote_after: starvation_bound_ms.map(|b| Duration::from_millis(b) / 2),
             shutdown: false,
             limiter,
+            order: ordering.model(),
             seq: 0,
             adds: 0,
             retries: 0,
@@ -148,12 +155,13 @@ impl Model {
         self.entries.iter().position(|(k, _)| *k == key)
     }
 
-    fn ready(&mut self, priority: i32) -> Entry {
-        let level_seq = self.next_seq();
+    /// `key` becomes ready: the order model is told.
+    fn ready(&mut self, key: Key, priority: i32) -> Entry {
+        let age_seq = self.next_seq();
+        self.order.push(key, priority);
         Entry::Ready {
             priority,
-            level_seq,
-            age_seq: level_seq,
+            age_seq,
             ready_at: self.now,
         }
     }
@@ -196,7 +204,7 @@ impl Model {
         let deadline = self.now + delay;
         let Some(i) = self.find(key) else {
             let entry = if delay == 0 {
-                self.ready(priority)
+                self.ready(key, priority)
             } else {
                 Entry::Waiting {
                     priority,
@@ -208,23 +216,18 @@ impl Model {
             return;
         };
         let new = match self.entries[i].1 {
-            // A ready key: a higher priority raises it to the back of the
-            // new level, keeping its age; nothing else changes it.
+            // A ready key: a higher priority raises it, keeping its age;
+            // whether it moves is the order's (told of every such add).
             Entry::Ready {
                 priority: old,
                 age_seq,
                 ready_at,
-                ..
             } => {
-                if priority > old {
-                    Entry::Ready {
-                        priority,
-                        level_seq: self.next_seq(),
-                        age_seq,
-                        ready_at,
-                    }
-                } else {
-                    return;
+                self.order.touch(key, old, old.max(priority));
+                Entry::Ready {
+                    priority: old.max(priority),
+                    age_seq,
+                    ready_at,
                 }
             }
             // Waiting: an immediate add makes it ready now (the timer is
@@ -236,7 +239,7 @@ impl Model {
                 timer_seq,
             } => {
                 if delay == 0 {
-                    self.ready(old.max(priority))
+                    self.ready(key, old.max(priority))
                 } else {
                     Entry::Waiting {
                         priority: old.max(priority),
@@ -316,7 +319,7 @@ impl Model {
             self.adds += 1;
             let i = self.find(key).unwrap();
             self.entries[i].1 = match self.entries[i].1 {
-                Entry::Waiting { priority, .. } => self.ready(priority),
+                Entry::Waiting { priority, .. } => self.ready(key, priority),
                 Entry::LeasedWaiting {
                     handed, priority, ..
                 } => Entry::LeasedDirty { handed, priority },
@@ -328,39 +331,42 @@ impl Model {
     /// The next key to hand out and its priority, leased.
     ///
     /// With a starvation bound, the key ready longest goes first if it has
-    /// waited at least half the bound; otherwise the highest priority, and
-    /// within it the key that joined the level first.
+    /// waited at least half the bound; otherwise the one the order model
+    /// hands out.
     pub fn pop(&mut self) -> Option<(Key, i32)> {
-        let ready = self
+        let ready: Vec<(Key, u64, u64)> = self
             .entries
             .iter()
-            .enumerate()
-            .filter_map(|(i, &(_, e))| match e {
+            .filter_map(|&(k, e)| match e {
                 Entry::Ready {
-                    priority,
-                    level_seq,
-                    age_seq,
-                    ready_at,
-                } => Some((i, priority, level_seq, age_seq, ready_at)),
+                    age_seq, ready_at, ..
+                } => Some((k, age_seq, ready_at)),
                 _ => None,
-            });
-        let ready: Vec<_> = ready.collect();
-        let oldest = ready.iter().min_by_key(|r| r.3)?;
+            })
+            .collect();
+        assert_eq!(self.order.len(), ready.len(), "order model: {self:?}");
+        let &(oldest, _, oldest_ready_at) = ready.iter().min_by_key(|r| r.1)?;
         let promoted = self
             .promote_after
-            .filter(|age| Duration::from_millis(self.now - oldest.4) >= *age)
-            .map(|_| oldest);
-        let &(i, priority, ..) = promoted.unwrap_or_else(|| {
-            ready
-                .iter()
-                .min_by_key(|r| (std::cmp::Reverse(r.1), r.2))
-                .unwrap()
-        });
-        if let Entry::Ready { ready_at, .. } = self.entries[i].1 {
-            self.waited_ms += self.now - ready_at;
-        }
+            .is_some_and(|age| Duration::from_millis(self.now - oldest_ready_at) >= age);
+        let key = if promoted {
+            self.order.remove(oldest);
+            oldest
+        } else {
+            self.order
+                .pop()
+                .expect("the order model holds the ready keys")
+        };
+        let i = self.find(key).unwrap();
+        let Entry::Ready {
+            priority, ready_at, ..
+        } = self.entries[i].1
+        else {
+            panic!("order model handed out {key}, which is not ready: {self:?}");
+        };
+        self.waited_ms += self.now - ready_at;
         self.entries[i].1 = Entry::Leased { handed: priority };
-        Some((self.entries[i].0, priority))
+        Some((key, priority))
     }
 
     /// Ends the lease on `key`, adding it again first if `end` says so. A
@@ -389,7 +395,7 @@ impl Model {
             Entry::Leased { .. } => {
                 self.entries.remove(i);
             }
-            Entry::LeasedDirty { priority, .. } => self.entries[i].1 = self.ready(priority),
+            Entry::LeasedDirty { priority, .. } => self.entries[i].1 = self.ready(key, priority),
             Entry::LeasedWaiting {
                 priority,
                 deadline,

@@ -26,10 +26,11 @@ use serde::de::DeserializeOwned;
 pub use error::{ControllerError, RunResult};
 pub use run::Runner;
 
-use self::run::{Settings, Work};
+use self::run::{PartitionFn, Settings, Work};
 use self::triggers::TriggerStream;
+use crate::Builder;
 use crate::kube::WatchPriorities;
-use crate::{Builder, Partitioned};
+use crate::ordering::{Ordering, Priorities};
 
 /// How many reconciles run at once unless [`Controller::concurrency`] says
 /// otherwise.
@@ -39,8 +40,6 @@ use crate::{Builder, Partitioned};
 /// FIFO order them, instead of all starting at once; 16 keeps a controller
 /// that mostly waits on the API server busy without flooding it.
 pub const DEFAULT_CONCURRENCY: usize = 16;
-
-type PartitionFn<K> = Arc<dyn Fn(&ObjectRef<K>) -> usize + Send + Sync>;
 
 /// A controller for objects of kind `K`: kube-runtime's
 /// [`Controller`](kube_runtime::Controller), with the same builder and the
@@ -72,7 +71,7 @@ type PartitionFn<K> = Arc<dyn Fn(&ObjectRef<K>) -> usize + Send + Sync>;
 ///
 /// See the [module docs](crate::kube) for an example and for every
 /// difference from kube-runtime.
-pub struct Controller<K>
+pub struct Controller<K, O = Priorities>
 where
     K: Clone + Resource + Debug + 'static,
     K::DynamicType: Eq + Hash,
@@ -83,17 +82,17 @@ where
     forceful: Vec<BoxFuture<'static, ()>>,
     dyntype: K::DynamicType,
     reader: Store<K>,
-    queue: Option<Builder<ObjectRef<K>>>,
+    queue: Builder<ObjectRef<K>, O>,
     priorities: WatchPriorities,
     concurrency: usize,
     debounce: Duration,
     reconcile_timeout: Option<Duration>,
-    partition: Option<(usize, PartitionFn<K>)>,
+    partition: Option<(usize, PartitionFn<ObjectRef<K>>)>,
     #[cfg(feature = "prometheus")]
     metrics: Option<crate::metrics::prometheus::ControllerMetrics>,
 }
 
-impl<K> fmt::Debug for Controller<K>
+impl<K, O> fmt::Debug for Controller<K, O>
 where
     K: Clone + Resource + Debug + 'static,
     K::DynamicType: Eq + Hash + Debug,
@@ -201,7 +200,7 @@ where
             forceful: Vec::new(),
             dyntype,
             reader,
-            queue: None,
+            queue: Builder::new(),
             priorities: WatchPriorities::default(),
             concurrency: DEFAULT_CONCURRENCY,
             debounce: Duration::ZERO,
@@ -211,7 +210,14 @@ where
             metrics: None,
         }
     }
+}
 
+impl<K, O> Controller<K, O>
+where
+    K: Clone + Resource + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + Hash + Clone + Debug + Send + Sync + Unpin + 'static,
+    O: Ordering<ObjectRef<K>>,
+{
     /// Takes kube-runtime's own [`Config`]: its concurrency (0, kube-runtime's
     /// "unbounded", keeps this controller's finite default) and its debounce
     /// (each trigger's add is delayed by it; a key triggered again while
@@ -477,13 +483,62 @@ where
     }
 
     /// Sets up the queue: its name (metrics), rate limiter (the per-key
-    /// backoff of failed reconciles), metrics hook, starvation bound and
-    /// throttle. Without it the queue is unnamed with client-go's default
-    /// controller rate limiter.
+    /// backoff of failed reconciles), metrics hook, starvation bound,
+    /// throttle and ordering. Without it the queue is unnamed, with
+    /// client-go's default controller rate limiter and the [`Priorities`]
+    /// ordering.
     #[must_use]
-    pub fn queue(mut self, builder: Builder<ObjectRef<K>>) -> Self {
-        self.queue = Some(builder);
-        self
+    pub fn queue<P: Ordering<ObjectRef<K>>>(
+        self,
+        builder: Builder<ObjectRef<K>, P>,
+    ) -> Controller<K, P> {
+        self.with_queue(|_| builder)
+    }
+
+    /// Hands keys out in `ordering`'s order: for example fair share across
+    /// namespaces, so one namespace's flood does not hold up the others:
+    ///
+    /// ```no_run
+    /// # async fn example(client: kube_client::Client) {
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// use kube_client::Api;
+    /// use kube_runtime::watcher;
+    /// use tokio_workqueue::FairShare;
+    /// use tokio_workqueue::kube::Controller;
+    ///
+    /// let controller = Controller::new(Api::<ConfigMap>::all(client), watcher::Config::default())
+    ///     .ordering(FairShare::by_namespace());
+    /// # drop(controller);
+    /// # }
+    /// ```
+    ///
+    /// Priorities still come first: the ordering decides within a priority
+    /// (see [`crate::ordering`]).
+    #[must_use]
+    pub fn ordering<P: Ordering<ObjectRef<K>>>(self, ordering: P) -> Controller<K, P> {
+        self.with_queue(|builder| builder.ordering(ordering))
+    }
+
+    fn with_queue<P: Ordering<ObjectRef<K>>>(
+        self,
+        queue: impl FnOnce(Builder<ObjectRef<K>, O>) -> Builder<ObjectRef<K>, P>,
+    ) -> Controller<K, P> {
+        Controller {
+            triggers: self.triggers,
+            trigger_backoff: self.trigger_backoff,
+            graceful: self.graceful,
+            forceful: self.forceful,
+            dyntype: self.dyntype,
+            reader: self.reader,
+            queue: queue(self.queue),
+            priorities: self.priorities,
+            concurrency: self.concurrency,
+            debounce: self.debounce,
+            reconcile_timeout: self.reconcile_timeout,
+            partition: self.partition,
+            #[cfg(feature = "prometheus")]
+            metrics: self.metrics,
+        }
     }
 
     /// The priorities keys are queued with, by what their event meant.
@@ -558,21 +613,18 @@ where
         ReconcilerFut: TryFuture<Ok = Action> + Send + 'static,
         ReconcilerFut::Error: std::error::Error + Send + 'static,
         Ctx: Send + Sync + 'static,
+        // The partitions of `partition_by` each get a copy (every built-in
+        // ordering is `Clone`).
+        O: Clone,
     {
-        let builder = self.queue.unwrap_or_default();
+        let builder = self.queue;
         #[cfg(feature = "prometheus")]
         let metrics = self.metrics.map(|m| m.recorder(builder.get_name()));
         let work = match self.partition {
-            None => Work::One(builder.build()),
+            None => Work::one(builder.build()),
             Some((n, f)) => {
-                let name = builder.get_name().to_string();
                 let queues = builder.split(n).into_iter().map(Builder::build).collect();
-                Work::Partitioned(Partitioned::from_parts(
-                    name,
-                    queues,
-                    Box::new(move |key: &ObjectRef<K>| f(key)),
-                    None,
-                ))
+                Work::partitioned(queues, f)
             }
         };
         let triggers = StreamBackoff::new(self.triggers, self.trigger_backoff).boxed();

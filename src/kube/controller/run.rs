@@ -37,52 +37,86 @@ use super::error::{ControllerError, RunResult};
 use super::settings::requeue_after;
 use super::triggers::{Trigger, TriggerStream};
 use crate::kube::WatchPriorities;
-use crate::{AddError, AddOpts, Partitioned, WorkItem, WorkQueue};
+use crate::ordering::Ordering;
+use crate::{AddError, AddOpts, WorkItem, WorkQueue};
 
 /// How many trigger events one poll takes before it lets the rest of the
 /// stream (and the runtime) have a turn.
 const TRIGGER_BUDGET: usize = 256;
 
-/// What the controller hands keys out of: one queue, or one per partition.
-pub(crate) enum Work<K> {
-    One(WorkQueue<K>),
-    Partitioned(Partitioned<K>),
+/// Picks a key's partition.
+pub(crate) type PartitionFn<K> = Arc<dyn Fn(&K) -> usize + Send + Sync>;
+
+/// What the controller hands keys out of: one queue, or one per partition
+/// with the function that routes keys to them.
+pub(crate) struct Work<K, O: Ordering<K>> {
+    queues: Vec<WorkQueue<K, O>>,
+    route: Option<PartitionFn<K>>,
 }
 
-impl<K: Clone + Eq + Hash + Send + Sync + 'static> Work<K> {
-    fn add_with(&self, key: K, opts: AddOpts) -> Result<(), AddError> {
-        match self {
-            Work::One(queue) => queue.add_with(key, opts),
-            Work::Partitioned(queues) => queues.add_with(key, opts),
+impl<K: Clone + Eq + Hash + Send + Sync + 'static, O: Ordering<K>> Work<K, O> {
+    pub(crate) fn one(queue: WorkQueue<K, O>) -> Self {
+        Work {
+            queues: vec![queue],
+            route: None,
         }
     }
 
+    pub(crate) fn partitioned(queues: Vec<WorkQueue<K, O>>, route: PartitionFn<K>) -> Self {
+        debug_assert!(!queues.is_empty());
+        Work {
+            queues,
+            route: Some(route),
+        }
+    }
+
+    /// `route(key) % n`; a panicking route sends the key to partition 0, so
+    /// the key is not lost.
+    fn partition_of(&self, key: &K) -> usize {
+        let Some(route) = &self.route else {
+            return 0;
+        };
+        match std::panic::catch_unwind(AssertUnwindSafe(|| route(key))) {
+            Ok(i) => i % self.queues.len(),
+            Err(panic) => {
+                tracing::error!(
+                    panic.message = %panic_message(&*panic),
+                    "partition function panicked; the key goes to partition 0"
+                );
+                0
+            }
+        }
+    }
+
+    fn add_with(&self, key: K, opts: AddOpts) -> Result<(), AddError> {
+        self.queues[self.partition_of(&key)].add_with(key, opts)
+    }
+
     fn shutdown(&self) {
-        match self {
-            Work::One(queue) => queue.shutdown(),
-            Work::Partitioned(queues) => queues.shutdown(),
+        for queue in &self.queues {
+            queue.shutdown();
         }
     }
 
     /// Each queue to take keys from, with how many may be in flight from it.
-    fn sources(&self, concurrency: usize) -> Vec<Pull<K>> {
-        let pull = |queue: &WorkQueue<K>, limit| Pull {
-            queue: queue.clone(),
-            limit,
-            in_flight: 0,
-            ended: false,
-        };
-        match self {
-            Work::One(queue) => vec![pull(queue, concurrency)],
-            // One key at a time per partition, in order.
-            Work::Partitioned(queues) => queues.queues().iter().map(|q| pull(q, 1)).collect(),
-        }
+    fn sources(&self, concurrency: usize) -> Vec<Pull<K, O>> {
+        // One key at a time per partition, in order.
+        let limit = if self.route.is_some() { 1 } else { concurrency };
+        self.queues
+            .iter()
+            .map(|queue| Pull {
+                queue: queue.clone(),
+                limit,
+                in_flight: 0,
+                ended: false,
+            })
+            .collect()
     }
 }
 
 /// One queue the runner takes keys from.
-struct Pull<K> {
-    queue: WorkQueue<K>,
+struct Pull<K, O: Ordering<K>> {
+    queue: WorkQueue<K, O>,
     limit: usize,
     in_flight: usize,
     ended: bool,
@@ -108,8 +142,8 @@ enum Outcome<E> {
 }
 
 /// A reconcile that ended, with the lease on its key.
-struct Finished<K: Resource, E> {
-    item: WorkItem<ObjectRef<K>>,
+struct Finished<K: Resource, O: Ordering<ObjectRef<K>>, E> {
+    item: WorkItem<ObjectRef<K>, O>,
     object: Arc<K>,
     source: usize,
     outcome: Outcome<E>,
@@ -138,19 +172,20 @@ enum Phase {
 
 /// The stream returned by [`Controller::run`](super::Controller::run).
 #[must_use = "streams do nothing unless polled"]
-pub struct Runner<K, Ctx, Rec, Pol, Fut>
+pub struct Runner<K, O, Ctx, Rec, Pol, Fut>
 where
     K: Resource + 'static,
     K::DynamicType: Eq + Hash,
+    O: Ordering<ObjectRef<K>>,
     Fut: TryFuture,
     Fut::Error: 'static,
 {
     triggers: Option<TriggerStream<K>>,
-    work: Work<ObjectRef<K>>,
-    pulls: Vec<Pull<ObjectRef<K>>>,
+    work: Work<ObjectRef<K>, O>,
+    pulls: Vec<Pull<ObjectRef<K>, O>>,
     store: Store<K>,
     ready: Option<BoxFuture<'static, ()>>,
-    in_flight: FuturesUnordered<BoxFuture<'static, Finished<K, Fut::Error>>>,
+    in_flight: FuturesUnordered<BoxFuture<'static, Finished<K, O, Fut::Error>>>,
     out: VecDeque<RunResult<K, Fut::Error>>,
     /// Why each queued key was queued (the first reason wins, except that a
     /// retry's reason gives way to a fresh trigger).
@@ -164,10 +199,11 @@ where
     context: Arc<Ctx>,
 }
 
-impl<K, Ctx, Rec, Pol, Fut> fmt::Debug for Runner<K, Ctx, Rec, Pol, Fut>
+impl<K, O, Ctx, Rec, Pol, Fut> fmt::Debug for Runner<K, O, Ctx, Rec, Pol, Fut>
 where
     K: Resource + 'static,
     K::DynamicType: Eq + Hash,
+    O: Ordering<ObjectRef<K>>,
     Fut: TryFuture,
     Fut::Error: 'static,
 {
@@ -182,19 +218,21 @@ where
 }
 
 // Every future and stream inside is boxed.
-impl<K, Ctx, Rec, Pol, Fut> Unpin for Runner<K, Ctx, Rec, Pol, Fut>
+impl<K, O, Ctx, Rec, Pol, Fut> Unpin for Runner<K, O, Ctx, Rec, Pol, Fut>
 where
     K: Resource + 'static,
     K::DynamicType: Eq + Hash,
+    O: Ordering<ObjectRef<K>>,
     Fut: TryFuture,
     Fut::Error: 'static,
 {
 }
 
-impl<K, Ctx, Rec, Pol, Fut> Runner<K, Ctx, Rec, Pol, Fut>
+impl<K, O, Ctx, Rec, Pol, Fut> Runner<K, O, Ctx, Rec, Pol, Fut>
 where
     K: Clone + Resource + fmt::Debug + Send + Sync + 'static,
     K::DynamicType: Clone + Eq + Hash + fmt::Debug + Send + Sync + Unpin + 'static,
+    O: Ordering<ObjectRef<K>>,
     Ctx: Send + Sync + 'static,
     Rec: FnMut(Arc<K>, Arc<Ctx>) -> Fut,
     Pol: Fn(Arc<K>, &Fut::Error, Arc<Ctx>) -> Action,
@@ -204,7 +242,7 @@ where
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         triggers: TriggerStream<K>,
-        work: Work<ObjectRef<K>>,
+        work: Work<ObjectRef<K>, O>,
         store: Store<K>,
         graceful: Option<BoxFuture<'static, ()>>,
         forceful: Option<BoxFuture<'static, ()>>,
@@ -358,7 +396,7 @@ where
         started
     }
 
-    fn start(&mut self, source: usize, item: WorkItem<ObjectRef<K>>) {
+    fn start(&mut self, source: usize, item: WorkItem<ObjectRef<K>, O>) {
         let key = item.key().clone();
         let reason = self
             .reasons
@@ -387,7 +425,7 @@ where
             }))
         };
         let timeout = self.settings.reconcile_timeout;
-        let finished: BoxFuture<'static, Finished<K, Fut::Error>> = match made {
+        let finished: BoxFuture<'static, Finished<K, O, Fut::Error>> = match made {
             Ok(future) => {
                 let mut task = AbortOnDrop(tokio::spawn(
                     run_one(TryFutureExt::into_future(future), timeout).instrument(span),
@@ -425,7 +463,7 @@ where
     }
 
     /// Settles a finished reconcile: requeue or forget, then report.
-    fn settle(&mut self, finished: Finished<K, Fut::Error>) {
+    fn settle(&mut self, finished: Finished<K, O, Fut::Error>) {
         let Finished {
             item,
             object,
@@ -507,7 +545,7 @@ where
 
     /// Requeues a key whose reconcile failed without an error value (panic,
     /// timeout): through the rate limiter, as an error.
-    fn retry_failed(&mut self, item: WorkItem<ObjectRef<K>>, key: &ObjectRef<K>) {
+    fn retry_failed(&mut self, item: WorkItem<ObjectRef<K>, O>, key: &ObjectRef<K>) {
         match item.requeue_rate_limited() {
             Ok(()) => self.note_retry(key, ReconcileReason::ErrorPolicyRequestedRetry),
             Err(error) => self.out.push_back(refused(key.clone(), error)),
@@ -516,7 +554,7 @@ where
 
     fn unreadable(
         &mut self,
-        item: WorkItem<ObjectRef<K>>,
+        item: WorkItem<ObjectRef<K>, O>,
         key: ObjectRef<K>,
         action: String,
     ) -> RunResult<K, Fut::Error> {
@@ -596,10 +634,11 @@ pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
-impl<K, Ctx, Rec, Pol, Fut> Stream for Runner<K, Ctx, Rec, Pol, Fut>
+impl<K, O, Ctx, Rec, Pol, Fut> Stream for Runner<K, O, Ctx, Rec, Pol, Fut>
 where
     K: Clone + Resource + fmt::Debug + Send + Sync + 'static,
     K::DynamicType: Clone + Eq + Hash + fmt::Debug + Send + Sync + Unpin + 'static,
+    O: Ordering<ObjectRef<K>>,
     Ctx: Send + Sync + 'static,
     Rec: FnMut(Arc<K>, Arc<Ctx>) -> Fut,
     Pol: Fn(Arc<K>, &Fut::Error, Arc<Ctx>) -> Action,
