@@ -163,6 +163,7 @@
 //! crate's tests run, as functions of a `kube_client::Client` and a
 //! namespace, so the same checks can run against a real kube-apiserver.
 #![cfg_attr(docsrs, feature(doc_cfg))]
+#![warn(missing_docs)]
 
 mod api;
 mod counts;
