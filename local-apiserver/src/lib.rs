@@ -153,9 +153,18 @@
 //!   an etcd compaction every five minutes; [`LocalApiServer::expire_watches`]
 //!   compacts on demand.
 //! * Timestamps have whole seconds; `uid`s are random-looking, not
-//!   cryptographically random. Watch timeouts and injected delays run on
-//!   tokio's clock (paused time advances them); timestamps use the system
-//!   clock.
+//!   cryptographically random.
+//!
+//! # Time
+//!
+//! The server runs on a thread with a tokio runtime of its own, as a real
+//! apiserver runs in a process of its own: watch timeouts, injected delays
+//! and [`LocalApiServer::wait_for_watches`] take real time, and timestamps
+//! come from the system clock, even in a test that pauses tokio's clock.
+//! Clients are another matter: under paused time, their own timers (such as
+//! kube-runtime's watcher's idle timeout, 290 s and a margin) fire as soon
+//! as the test's runtime waits, and a test's `tokio::time::timeout` around
+//! a request can elapse before the server has answered.
 //!
 //! # Reusable behaviour checks
 //!

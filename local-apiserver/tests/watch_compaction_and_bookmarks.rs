@@ -44,12 +44,21 @@ fn spawn_watcher(
     (rx, task)
 }
 
-/// The next watcher event, or a panic after the limit.
+/// The next watcher event, or a panic after the limit of real time (the
+/// test clock may be paused).
 async fn next(events: &mut Events) -> Result<watcher::Event<ConfigMap>, watcher::Error> {
-    tokio::time::timeout(LIMIT, events.recv())
-        .await
-        .expect("a watcher event in time")
-        .expect("the watcher goes on")
+    let deadline = std::time::Instant::now() + LIMIT;
+    let recv = events.recv();
+    tokio::pin!(recv);
+    loop {
+        // Short naps on a blocking thread: real time, and a runtime that
+        // ends does not wait long for them.
+        let nap = tokio::task::spawn_blocking(|| std::thread::sleep(Duration::from_millis(5)));
+        tokio::select! {
+            e = &mut recv => return e.expect("the watcher goes on"),
+            _ = nap => assert!(std::time::Instant::now() < deadline, "no watcher event in time"),
+        }
+    }
 }
 
 /// Skips events until `want` holds for one, which it returns.
@@ -332,4 +341,31 @@ async fn timeout_seconds_ends_a_watch_cleanly() {
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+}
+
+/// The server keeps real time: a test that pauses tokio's clock and lets
+/// ten minutes pass on it does not time out a watch that asked for one
+/// minute. (kube-runtime's watcher has an idle timeout of its own on the
+/// test's clock, which such a test does fire: that one is the client's.)
+#[tokio::test(start_paused = true)]
+async fn a_paused_test_clock_does_not_hurry_the_server() {
+    let server = LocalApiServer::start().await;
+    let client = server.client();
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let rv = server.resource_version().to_string();
+    let mut stream = api
+        .watch(&WatchParams::default().timeout(60), &rv)
+        .await
+        .expect("watch")
+        .boxed();
+    assert!(server.wait_for_watches(1, LIMIT).await);
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    assert_eq!(server.open_watches(), 1);
+    create(&client, "later").await;
+    match stream.try_next().await.expect("the watch goes on") {
+        Some(WatchEvent::Added(cm)) => assert_eq!(cm.name_any(), "later"),
+        other => panic!("expected the new object, got {other:?}"),
+    }
+    let counts = server.requests();
+    assert_eq!(counts.of(Verb::Watch, "configmaps"), 1, "{counts}");
 }
