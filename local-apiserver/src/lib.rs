@@ -105,10 +105,11 @@
 //!   subresource and `selectableFields`; its status says `NamesAccepted`
 //!   and `Established`.
 //! * **ownerReferences** are validated (one controller at most) and kept.
+//! * ConfigMaps and Secrets marked `immutable` refuse changes to their data
+//!   (422); a Secret's `stringData` is stored base64-encoded in `data`.
 //! * **Metadata-only** requests (`PartialObjectMetadata`, as kube-runtime's
-//!   `metadata_watcher` makes them), `dryRun=All`, Secrets' `stringData`,
-//!   discovery (`/version`, `/api`, `/apis`, per group and version) and
-//!   `/healthz`.
+//!   `metadata_watcher` makes them), `dryRun=All`, discovery (`/version`,
+//!   `/api`, `/apis`, per group and version) and `/healthz`.
 //! * **Errors** are `Status` objects with the code, reason and details a
 //!   real server gives, so kube-client returns `Error::Api` with them.
 //!
@@ -126,13 +127,14 @@
 //! * No defaulting or schema validation of object bodies beyond metadata:
 //!   a CRD's `openAPIV3Schema` is not enforced and unknown fields are not
 //!   pruned; built-in kinds get no defaults (a Pod has no `restartPolicy`
-//!   unless sent, and no `status.phase`).
+//!   unless sent, and only `status.phase: Pending`, no QoS class).
 //! * Server-side apply without field management: no `managedFields`, no
 //!   conflicts between managers (`force` is accepted and has no effect),
 //!   fields a manager stops applying are not removed, `null` in an apply
 //!   configuration means "no opinion"; lists with merge keys merge as in a
-//!   strategic merge patch, other lists are replaced. Apply bodies must be
-//!   JSON (kube-client sends JSON), not YAML.
+//!   strategic merge patch, other lists are replaced.
+//! * Request bodies must be JSON (kube-client sends JSON), apply
+//!   configurations included, not YAML.
 //! * The strategic merge patch knows merge keys by field name only (the
 //!   common fields listed above), not from each type's schema.
 //! * `/status` writes change only `.status` for every kind (some built-in

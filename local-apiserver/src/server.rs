@@ -260,8 +260,8 @@ impl LocalApiServer {
     // counted as requests.
 
     /// Backdoor: creates an object, or replaces it if it exists (without a
-    /// resourceVersion check), with the same rules and watch events as the
-    /// API; `.status` is written too, even for kinds with the status
+    /// resourceVersion check: one in `object` is ignored), with the same
+    /// rules and watch events as the API; `.status` is written too, even for kinds with the status
     /// subresource. A missing namespace is created. `object` needs
     /// `apiVersion` and `kind` (a k8s-openapi object serializes them).
     /// Returns the stored object.
@@ -464,7 +464,9 @@ impl Endpoint {
     /// Cuts this endpoint off: its open connections (watches and requests
     /// in flight included) are dropped at once, without a proper end, and
     /// new connections are closed as soon as they are accepted, until
-    /// [`reconnect`](Self::reconnect). Other endpoints are not affected.
+    /// [`reconnect`](Self::reconnect). Other endpoints are not affected. A
+    /// request the server had already carried out may lose its answer, as
+    /// on a real network.
     pub fn disconnect(&self) {
         self.inner.connected.send_replace(false);
     }

@@ -2,9 +2,10 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::ConfigMap;
-use kube_client::api::{Api, ListParams, PostParams};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube_client::api::{Api, ApiResource, DynamicObject, ListParams, PostParams};
 use kube_client::{Client, ResourceExt};
+use serde_json::json;
 
 use super::{api_error, configmap};
 
@@ -166,4 +167,42 @@ pub async fn label_and_field_selectors(client: Client, ns: &str) {
 
     let labels: BTreeMap<String, String> = api.get("sel-web").await.unwrap().labels().clone();
     assert_eq!(labels.len(), 3);
+}
+
+/// Pods are created `Pending` and can be selected by the fields Pods
+/// declare (`spec.nodeName`, `status.phase`): an unscheduled Pod has an
+/// empty `spec.nodeName`.
+pub async fn pods_by_their_own_field_selectors(client: Client, ns: &str) {
+    // JSON, not k8s-openapi's Pod: whether its spec is an Option depends
+    // on the Kubernetes version k8s-openapi is built for.
+    let ar = ApiResource::erase::<Pod>(&());
+    let api: Api<DynamicObject> = Api::namespaced_with(client, ns, &ar);
+    let pod = DynamicObject::new("unscheduled", &ar).data(json!({
+        "spec": { "containers": [{ "name": "main", "image": "registry.example/app:1" }] },
+    }));
+    let created = api
+        .create(&PostParams::default(), &pod)
+        .await
+        .expect("create a pod");
+    assert_eq!(created.data["status"]["phase"], "Pending");
+    let names = |fields: &'static str| {
+        let api = api.clone();
+        async move {
+            api.list(&ListParams::default().fields(fields))
+                .await
+                .unwrap_or_else(|e| panic!("{fields}: {e}"))
+                .items
+                .iter()
+                .map(ResourceExt::name_any)
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(names("spec.nodeName=").await, ["unscheduled"]);
+    assert!(names("spec.nodeName=node-1").await.is_empty());
+    assert_eq!(names("status.phase=Pending").await, ["unscheduled"]);
+    assert!(names("status.phase=Running").await.is_empty());
+    api.delete("unscheduled", &Default::default())
+        .await
+        .expect("delete an unscheduled pod");
+    assert!(api.get_opt("unscheduled").await.unwrap().is_none());
 }
