@@ -54,7 +54,9 @@
 //!   revision); a kind served in several versions is one object read in
 //!   any of them (no conversion beyond `apiVersion`).
 //! * **Create** (POST): `generateName`, 409 AlreadyExists, 404 for a
-//!   missing namespace, 403 in a terminating one; the server sets `uid`,
+//!   missing namespace (create it through the API, or with
+//!   [`LocalApiServer::create_namespace`]), 403 in a terminating one, 400
+//!   for a body with a resourceVersion; the server sets `uid`,
 //!   `creationTimestamp`, `resourceVersion` and, for kinds that keep it,
 //!   `generation: 1`; names, labels, annotations, finalizers and
 //!   ownerReferences are validated (422 Invalid).

@@ -273,6 +273,22 @@ impl LocalApiServer {
         store.upsert(&kind, object).map(|o| (*o).clone())
     }
 
+    /// Backdoor: creates namespace `name` unless it exists. Objects can only
+    /// be created in a namespace that exists (404 otherwise, as on a real
+    /// server); `default`, `kube-system`, `kube-public` and
+    /// `kube-node-lease` exist from the start.
+    pub fn create_namespace(&self, name: &str) -> Result<(), ApiError> {
+        if self.object("v1", "Namespace", None, name).is_some() {
+            return Ok(());
+        }
+        self.upsert(&serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": { "name": name },
+        }))
+        .map(|_| ())
+    }
+
     /// Backdoor: the stored object, if any (`namespace` `None` for
     /// cluster-scoped kinds).
     pub fn object(
@@ -631,4 +647,30 @@ async fn stream_watch(
         }
     }
     wr.write_all(http::LAST_CHUNK).await.is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handles_can_cross_threads() {
+        fn send_sync<T: Send + Sync + 'static>() {}
+        send_sync::<LocalApiServer>();
+        send_sync::<Endpoint>();
+    }
+
+    #[tokio::test]
+    async fn namespaces_are_created_once() {
+        let server = LocalApiServer::start().await;
+        assert!(server.object("v1", "Namespace", None, "default").is_some());
+        server.create_namespace("c1").unwrap();
+        let uid = server.object("v1", "Namespace", None, "c1").unwrap()["metadata"]["uid"].clone();
+        server.create_namespace("c1").unwrap();
+        assert_eq!(
+            server.object("v1", "Namespace", None, "c1").unwrap()["metadata"]["uid"],
+            uid
+        );
+        assert_eq!(server.create_namespace("Not_A_Name").unwrap_err().code, 422);
+    }
 }
