@@ -395,7 +395,14 @@ impl Store {
         }
         prepare_update(kind, &mut new, old)?;
         validate(kind, &new)?;
-        if kind.generation && spec_differs(old, &new, kind.status_subresource) {
+        // Deployments also count annotation changes (they are copied to
+        // their ReplicaSets), as the apps strategy does.
+        let annotations_changed = kind.group == "apps"
+            && kind.plural == "deployments"
+            && new.pointer("/metadata/annotations") != old.pointer("/metadata/annotations");
+        if kind.generation
+            && (spec_differs(old, &new, kind.status_subresource) || annotations_changed)
+        {
             let g = old
                 .pointer("/metadata/generation")
                 .and_then(Value::as_i64)
