@@ -38,6 +38,7 @@ use super::settings::requeue_after;
 use super::triggers::{Trigger, TriggerStream};
 use crate::kube::WatchPriorities;
 use crate::ordering::Ordering;
+use crate::partition::panic_message;
 use crate::{AddError, AddOpts, WorkItem, WorkQueue};
 
 /// How many trigger events one poll takes before it lets the rest of the
@@ -624,15 +625,6 @@ fn outcome_label<E>(outcome: &Outcome<E>) -> super::metrics::Result {
     }
 }
 
-pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = panic.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = panic.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "non-string panic payload".to_string()
-    }
-}
 
 impl<K, O, Ctx, Rec, Pol, Fut> Stream for Runner<K, O, Ctx, Rec, Pol, Fut>
 where
