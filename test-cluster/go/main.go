@@ -1,7 +1,8 @@
 // Command test-cluster runs a real Kubernetes control plane for tests: an
-// embedded etcd and kube-apiserver, both inside this one process, on
-// loopback ports chosen at run time, with their data, certificates and
-// credentials in a temporary directory.
+// embedded etcd, kube-apiserver and kube-controller-manager's namespace
+// controller, all inside this one process, on loopback ports chosen at run
+// time, with their data, certificates and credentials in a temporary
+// directory.
 //
 // When the API server answers /readyz it writes a kubeconfig (a client CA,
 // the server URL and an admin bearer token) and prints one JSON line on
@@ -102,6 +103,10 @@ func run(parent string, readyTimeout time.Duration) error {
 		return err
 	}
 	apiReady := time.Since(apiStart)
+	if err := startNamespaceController(ctx, api.url, creds); err != nil {
+		etcd.close()
+		return err
+	}
 
 	kubeconfig, err := writeKubeconfig(dir, api.url, creds)
 	if err != nil {
