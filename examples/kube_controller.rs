@@ -1,8 +1,9 @@
 //! A ConfigMap controller built on tokio-workqueue: a kube-runtime watcher
 //! feeds a prioritised work queue, and `run_controller` reconciles the keys.
 //!
-//! Without a cluster (starts a local fake API server on 127.0.0.1, makes a
-//! few changes, and exits by itself after a few seconds):
+//! Without a cluster (starts the local API server of the
+//! `kube-local-apiserver` crate on 127.0.0.1, makes a few changes, and exits
+//! by itself after a few seconds):
 //!
 //! ```text
 //! cargo run --example kube_controller --features kube
@@ -23,9 +24,6 @@
 //! requeue) and asks to be run again later for ConfigMaps annotated with
 //! `example.tokio-workqueue/recheck-seconds`.
 
-#[path = "../tests/support/fake_apiserver.rs"]
-mod fake_apiserver;
-
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -33,6 +31,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube_client::{Api, Client};
+use kube_local_apiserver::LocalApiServer;
 use kube_runtime::{WatchStreamExt, watcher};
 use tokio_workqueue::WorkQueue;
 use tokio_workqueue::kube::{
@@ -98,6 +97,38 @@ async fn reconcile(key: ObjectRef<ConfigMap>, ctx: Arc<Context>) -> Result<Actio
     })
 }
 
+/// Creates or changes ConfigMap `ns/name` on the local server, with labels
+/// and annotations (a backdoor write: it makes the same watch events as an
+/// API write).
+fn put_configmap(
+    server: &LocalApiServer,
+    ns: &str,
+    name: &str,
+    data: &[(&str, &str)],
+    labels: &[(&str, &str)],
+    annotations: &[(&str, &str)],
+) {
+    let map = |pairs: &[(&str, &str)]| -> serde_json::Map<String, serde_json::Value> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), serde_json::Value::from(*v)))
+            .collect()
+    };
+    server
+        .upsert(&serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": name,
+                "namespace": ns,
+                "labels": map(labels),
+                "annotations": map(annotations),
+            },
+            "data": map(data),
+        }))
+        .expect("the local server stores a ConfigMap");
+}
+
 /// `namespace/name`, the way kubectl users read it.
 fn show(key: &ObjectRef<ConfigMap>) -> String {
     match &key.namespace {
@@ -130,27 +161,43 @@ fn report(r: &Reconciled<ObjectRef<ConfigMap>, Error>) {
 // would use the default multi-threaded runtime.
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    // A cluster if KUBECONFIG says so, else a local fake API server.
-    let (client, fake) = if std::env::var_os("KUBECONFIG").is_some() {
+    // A cluster if KUBECONFIG says so, else the local API server.
+    let (client, local) = if std::env::var_os("KUBECONFIG").is_some() {
         let client = Client::try_default().await.map_err(|e| {
             format!("cannot reach the cluster in KUBECONFIG ({e}); an https cluster needs --features kube-rustls")
         })?;
         println!("watching ConfigMaps on the cluster in KUBECONFIG; Ctrl-C to stop");
         (client, None)
     } else {
-        let server = fake_apiserver::FakeApiServer::start().await;
-        server.apply(
+        let server = LocalApiServer::start().await;
+        put_configmap(
+            &server,
             "default",
             "app-config",
             &[("log-level", "info"), ("port", "8080")],
+            &[],
+            &[],
         );
-        server.apply("default", "feature-flags", &[("new-ui", "false")]);
-        server.apply(
+        put_configmap(
+            &server,
+            "default",
+            "feature-flags",
+            &[("new-ui", "false")],
+            &[],
+            &[],
+        );
+        put_configmap(
+            &server,
             "kube-system",
             "coredns",
             &[("Corefile", ".:53 { forward . /etc/resolv.conf }")],
+            &[],
+            &[],
         );
-        println!("no KUBECONFIG: using a fake API server at {}", server.url());
+        println!(
+            "no KUBECONFIG: using the local API server at {}",
+            server.url()
+        );
         (server.client(), Some(server))
     };
 
@@ -180,30 +227,35 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
 
     // Without a cluster: a few changes, then stop. With one: until Ctrl-C.
-    let stop: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> = match fake {
+    let stop: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> = match local {
         Some(server) => Box::pin(async move {
             tokio::time::sleep(Duration::from_millis(500)).await;
-            println!("-- changing objects on the fake server");
-            server.apply(
+            println!("-- changing objects on the local server");
+            put_configmap(
+                &server,
                 "default",
                 "app-config",
                 &[("log-level", "debug"), ("port", "8080")],
+                &[],
+                &[],
             );
-            server.apply_with_meta(
+            put_configmap(
+                &server,
                 "default",
                 "flaky",
                 &[("x", "1")],
                 &[("example.tokio-workqueue/fail-once", "true")],
                 &[],
             );
-            server.apply_with_meta(
+            put_configmap(
+                &server,
                 "default",
                 "cache-settings",
                 &[("ttl", "60")],
                 &[],
                 &[("example.tokio-workqueue/recheck-seconds", "1")],
             );
-            server.delete("default", "feature-flags");
+            server.remove("v1", "ConfigMap", Some("default"), "feature-flags");
             tokio::time::sleep(Duration::from_millis(500)).await;
             println!("-- forcing a re-list (410 Gone)");
             server.expire_watches();

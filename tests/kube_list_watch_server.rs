@@ -1,13 +1,10 @@
 //! End to end: a real `kube::Client` and kube-runtime `watcher` against the
-//! fake list/watch API server (tests/support), feeding a queue through the
+//! local API server (`kube-local-apiserver`), feeding a queue through the
 //! adapter, with `run_controller` reconciling. Checks that every object is
 //! reconciled (changes, deletes, a re-list and a missed delete included),
 //! that initial-list objects wait behind fresh changes, and that no object
 //! is reconciled twice at once.
 #![cfg(feature = "kube")]
-
-#[path = "support/fake_apiserver.rs"]
-mod fake_apiserver;
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -15,10 +12,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fake_apiserver::FakeApiServer;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube_client::{Api, Client};
+use kube_local_apiserver::{LocalApiServer, Verb};
 use kube_runtime::{WatchStreamExt, watcher};
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -28,6 +25,38 @@ use tokio_workqueue::kube::{
 };
 
 type Key = ObjectRef<ConfigMap>;
+
+/// Creates or changes ConfigMap `ns/name` on the server (a backdoor: no
+/// request is counted), with watch events as for an API write.
+fn apply(server: &LocalApiServer, ns: &str, name: &str, data: &[(&str, &str)]) {
+    let data: serde_json::Map<String, serde_json::Value> = data
+        .iter()
+        .map(|(k, v)| (k.to_string(), serde_json::Value::from(*v)))
+        .collect();
+    server
+        .upsert(&serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": { "name": name, "namespace": ns },
+            "data": data,
+        }))
+        .expect("the server stores a ConfigMap");
+}
+
+/// Deletes ConfigMap `ns/name` (a `DELETED` event); whether it existed.
+fn delete(server: &LocalApiServer, ns: &str, name: &str) -> bool {
+    server.remove("v1", "ConfigMap", Some(ns), name)
+}
+
+/// Removes ConfigMap `ns/name` without a watch event (a missed delete).
+fn forget_silently(server: &LocalApiServer, ns: &str, name: &str) -> bool {
+    server.forget("v1", "ConfigMap", Some(ns), name)
+}
+
+/// `namespace/name` of every ConfigMap on the server.
+fn object_names(server: &LocalApiServer) -> Vec<String> {
+    server.object_names("v1", "ConfigMap")
+}
 
 /// Every test is bounded in time.
 const LIMIT: Duration = Duration::from_secs(60);
@@ -196,11 +225,11 @@ async fn stop(stop_tx: oneshot::Sender<()>, controller: JoinHandle<()>, feeder: 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_object_is_reconciled_through_changes_deletes_and_a_relist() {
-    let server = FakeApiServer::start().await;
+    let server = LocalApiServer::start().await;
     for i in 0..10 {
-        server.apply("default", &format!("cm-{i}"), &[("v", "1")]);
+        apply(&server, "default", &format!("cm-{i}"), &[("v", "1")]);
     }
-    server.apply("other", "cm-x", &[("v", "1")]);
+    apply(&server, "other", "cm-x", &[("v", "1")]);
     let client = server.client();
     let queue = WorkQueue::builder().name("configmaps").build();
     let (mut reports, feeder) = start_feeder(client.clone(), queue.clone());
@@ -219,8 +248,7 @@ async fn every_object_is_reconciled_through_changes_deletes_and_a_relist() {
         "{initial:#?}"
     );
     eventually("initial reconciles", || {
-        server
-            .object_names()
+        object_names(&server)
             .iter()
             .all(|n| obs.last(n) == Some(Some("1".into())))
     })
@@ -229,10 +257,10 @@ async fn every_object_is_reconciled_through_changes_deletes_and_a_relist() {
     // Changes through the watch: a modification, a creation, a delete, and
     // a bookmark in between (which adds nothing).
     assert!(server.wait_for_watches(1, LIMIT).await);
-    server.apply("default", "cm-3", &[("v", "2")]);
+    apply(&server, "default", "cm-3", &[("v", "2")]);
     server.bookmark();
-    server.apply("default", "cm-new", &[("v", "1")]);
-    assert!(server.delete("default", "cm-5"));
+    apply(&server, "default", "cm-new", &[("v", "1")]);
+    assert!(delete(&server, "default", "cm-5"));
     let changes = reports_until(&mut reports, |r| r.len() == 3).await;
     assert_eq!(count_cause(&changes, Cause::Changed), 2, "{changes:#?}");
     assert_eq!(count_cause(&changes, Cause::Deleted), 1, "{changes:#?}");
@@ -245,7 +273,7 @@ async fn every_object_is_reconciled_through_changes_deletes_and_a_relist() {
 
     // A missed delete and a forced re-list (410 Gone): the re-list reveals
     // the deletion.
-    assert!(server.forget_silently("default", "cm-7"));
+    assert!(forget_silently(&server, "default", "cm-7"));
     server.expire_watches();
     let relist = reports_until(&mut reports, |r| {
         count_cause(r, Cause::MissingAfterRelist) == 1
@@ -257,7 +285,7 @@ async fn every_object_is_reconciled_through_changes_deletes_and_a_relist() {
             .any(|r| matches!(r, Err(e) if e.contains("watcher"))),
         "the 410 is surfaced: {relist:#?}"
     );
-    assert!(server.list_count() >= 2);
+    assert!(server.requests().of(Verb::List, "configmaps") >= 2);
     eventually("missed delete reconciled", || {
         obs.last("default/cm-7") == Some(None)
     })
@@ -274,7 +302,7 @@ async fn every_object_is_reconciled_through_changes_deletes_and_a_relist() {
     for name in &all {
         assert!(seen.contains_key(name), "{name} never reconciled");
     }
-    let live = server.object_names();
+    let live = object_names(&server);
     for name in &all {
         let expected_live = live.contains(name);
         let last = seen[name].last().unwrap();
@@ -285,9 +313,9 @@ async fn every_object_is_reconciled_through_changes_deletes_and_a_relist() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn initial_list_objects_wait_behind_fresh_changes() {
-    let server = FakeApiServer::start().await;
+    let server = LocalApiServer::start().await;
     for i in 0..20 {
-        server.apply("default", &format!("cm-{i:02}"), &[("v", "1")]);
+        apply(&server, "default", &format!("cm-{i:02}"), &[("v", "1")]);
     }
     let client = server.client();
     let queue: WorkQueue<Key> = WorkQueue::new();
@@ -308,9 +336,9 @@ async fn initial_list_objects_wait_behind_fresh_changes() {
 
     // Fresh changes while the initial list waits: an object of the list is
     // modified (its key is raised) and two are created.
-    server.apply("default", "cm-15", &[("v", "2")]);
-    server.apply("default", "fresh-a", &[("v", "1")]);
-    server.apply("default", "fresh-b", &[("v", "1")]);
+    apply(&server, "default", "cm-15", &[("v", "2")]);
+    apply(&server, "default", "fresh-a", &[("v", "1")]);
+    apply(&server, "default", "fresh-b", &[("v", "1")]);
     let fresh = reports_until(&mut reports, |r| count_cause(r, Cause::Changed) == 3).await;
     assert!(
         fresh.iter().all(|r| matches!(r, Ok(e) if e.priority == 0)),
@@ -355,9 +383,9 @@ async fn initial_list_objects_wait_behind_fresh_changes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relist_redeliveries_wait_behind_changes_missed_while_disconnected() {
-    let server = FakeApiServer::start().await;
+    let server = LocalApiServer::start().await;
     for i in 0..8 {
-        server.apply("default", &format!("cm-{i}"), &[("v", "1")]);
+        apply(&server, "default", &format!("cm-{i}"), &[("v", "1")]);
     }
     let client = server.client();
     let queue: WorkQueue<Key> = WorkQueue::new();
@@ -372,8 +400,8 @@ async fn relist_redeliveries_wait_behind_changes_missed_while_disconnected() {
     // The watch breaks with 410; while it is down, cm-2 changes and cm-4's
     // delete is missed. The re-list tells them from the unchanged rest.
     server.expire_watches();
-    assert!(server.forget_silently("default", "cm-4"));
-    server.apply("default", "cm-2", &[("v", "2")]);
+    assert!(forget_silently(&server, "default", "cm-4"));
+    apply(&server, "default", "cm-2", &[("v", "2")]);
     let relist = reports_until(&mut reports, |r| {
         count_cause(r, Cause::MissingAfterRelist) == 1
     })
@@ -406,9 +434,9 @@ async fn relist_redeliveries_wait_behind_changes_missed_while_disconnected() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_object_is_reconciled_twice_at_once() {
-    let server = FakeApiServer::start().await;
+    let server = LocalApiServer::start().await;
     for i in 0..4 {
-        server.apply("default", &format!("cm-{i}"), &[("v", "0")]);
+        apply(&server, "default", &format!("cm-{i}"), &[("v", "0")]);
     }
     let client = server.client();
     let queue: WorkQueue<Key> = WorkQueue::new();
@@ -424,7 +452,8 @@ async fn no_object_is_reconciled_twice_at_once() {
 
     // A burst of changes to the same few objects while they are reconciled.
     for round in 1..=60 {
-        server.apply(
+        apply(
+            &server,
             "default",
             &format!("cm-{}", round % 4),
             &[("v", &round.to_string())],
