@@ -2,6 +2,7 @@
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -45,6 +46,16 @@ pub struct TestNamespace {
     backend: Backend,
     name: String,
     client: Client,
+    /// The local server, on the local backend.
+    local: Option<LocalServer>,
+}
+
+/// The local server a namespace is on: the binary's shared one, or one of
+/// the test's own.
+#[derive(Clone)]
+enum LocalServer {
+    Shared(&'static LocalApiServer),
+    Own(Arc<LocalApiServer>),
 }
 
 impl std::fmt::Debug for TestNamespace {
@@ -71,10 +82,35 @@ impl TestNamespace {
         let client = client(backend).await;
         let name = unique_name(prefix);
         create_namespace(&client, backend, &name).await;
+        let local = match backend {
+            Backend::Local => Some(LocalServer::Shared(local::server())),
+            Backend::Real => None,
+        };
         TestNamespace {
             backend,
             name,
             client,
+            local,
+        }
+    }
+
+    /// A namespace on a local API server of the test's own, started in the
+    /// calling runtime (it stops with it), for a test whose faults act on
+    /// the whole server: [`LocalApiServer::expire_watches`] breaks every
+    /// open watch, and request counts and disconnects are server-wide, so
+    /// on the shared server they would reach the other tests of the binary
+    /// running beside it. Such a test runs on the local backend only.
+    pub async fn on_own_local_server(prefix: &str) -> TestNamespace {
+        let server = Arc::new(LocalApiServer::start().await);
+        let client = Client::try_from(server.client_config())
+            .unwrap_or_else(|e| panic!("a client for the local API server: {e}"));
+        let name = unique_name(prefix);
+        create_namespace(&client, Backend::Local, &name).await;
+        TestNamespace {
+            backend: Backend::Local,
+            name,
+            client,
+            local: Some(LocalServer::Own(server)),
         }
     }
 
@@ -106,11 +142,13 @@ impl TestNamespace {
 
     /// The local API server, for what only it can do (expire watches, count
     /// requests, drop connections); `None` on the real cluster. A test that
-    /// needs it says so and runs on the local backend only.
-    pub fn local(&self) -> Option<&'static LocalApiServer> {
-        match self.backend {
-            Backend::Local => Some(local::server()),
-            Backend::Real => None,
+    /// needs it says so and runs on the local backend only; one whose
+    /// faults act on the whole server uses
+    /// [`on_own_local_server`](Self::on_own_local_server).
+    pub fn local(&self) -> Option<&LocalApiServer> {
+        match self.local.as_ref()? {
+            LocalServer::Shared(server) => Some(server),
+            LocalServer::Own(server) => Some(server),
         }
     }
 
