@@ -142,25 +142,17 @@ func run(parent string, readyTimeout time.Duration) error {
 	case err := <-etcd.failed:
 		return fmt.Errorf("etcd stopped: %v", err)
 	}
-	stop(dir, etcd)
+	stop(dir)
 	return nil
 }
 
 // stop ends the process without the API server's graceful shutdown, which
-// waits for seconds on purpose (for load balancers): the data is thrown
-// away, so there is nothing to finish. etcd is closed first so that it stops
-// writing into the directory being removed.
-func stop(dir string, etcd *etcdServer) {
-	closed := make(chan struct{})
-	go func() {
-		etcd.close()
-		close(closed)
-	}()
-	select {
-	case <-closed:
-	case <-time.After(3 * time.Second):
-	}
-	for i := 0; i < 5; i++ {
+// waits for seconds on purpose (for load balancers), and without closing
+// etcd, which waits for its clients' streams to end: the data is thrown
+// away, so there is nothing to finish. etcd may still be writing while the
+// directory goes, hence the retries.
+func stop(dir string) {
+	for i := 0; i < 20; i++ {
 		if err := os.RemoveAll(dir); err == nil {
 			break
 		}

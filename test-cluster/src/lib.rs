@@ -51,5 +51,20 @@ pub use crd::install_crd;
 pub use kube_local_apiserver::LocalApiServer;
 pub use namespace::{TestNamespace, client, client_config, for_each_backend};
 
+pub use real::RealCluster;
+
 /// The Kubernetes release the real backend runs.
 pub const KUBERNETES_VERSION: &str = real::KUBERNETES_VERSION;
+
+/// The real cluster of this process, started on first use (building it
+/// first if it is not cached: minutes, once). Blocks: from async code,
+/// prefer [`TestNamespace::new`] or [`client`], which start it off the
+/// async workers.
+///
+/// # Panics
+///
+/// If it cannot be started: no Go, a failed build, or a cluster that does
+/// not get ready (the message says which, with the cluster's log).
+pub fn real_cluster() -> &'static RealCluster {
+    real::cluster()
+}

@@ -206,8 +206,8 @@ pub async fn client_config(backend: Backend) -> kube_client::Config {
         }
         Backend::Real => {
             let cluster = blocking(real::cluster).await;
-            let kubeconfig = Kubeconfig::read_from(&cluster.kubeconfig)
-                .unwrap_or_else(|e| panic!("reading {}: {e}", cluster.kubeconfig.display()));
+            let kubeconfig = Kubeconfig::read_from(cluster.kubeconfig())
+                .unwrap_or_else(|e| panic!("reading {}: {e}", cluster.kubeconfig().display()));
             let mut config = kube_client::Config::from_custom_kubeconfig(
                 kubeconfig,
                 &KubeConfigOptions::default(),

@@ -6,27 +6,72 @@ mod build;
 mod process;
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 pub(crate) use build::KUBERNETES_VERSION;
 
-/// The running real cluster of this test binary.
+/// The running real cluster of this process: kube-apiserver and etcd in
+/// one child process, started on first use and stopped when the process
+/// ends (see [`real_cluster`](crate::real_cluster)).
 #[derive(Debug)]
-pub(crate) struct RealCluster {
-    /// The kubeconfig the cluster wrote; clients are made from it.
-    pub kubeconfig: PathBuf,
-    /// `https://127.0.0.1:PORT`.
-    pub server: String,
-    /// What the cluster's `/version` reports.
-    pub version: String,
-    /// How long finding or building the binary took in this process.
-    pub build_time: Duration,
-    /// From starting the child to its API server being ready.
-    pub start_time: Duration,
-    /// The cluster's log file.
-    pub log: PathBuf,
+pub struct RealCluster {
+    kubeconfig: PathBuf,
+    server: String,
+    version: String,
+    pid: u32,
+    dir: PathBuf,
+    build_time: Duration,
+    start_time: Duration,
+    log: PathBuf,
+}
+
+impl RealCluster {
+    /// The kubeconfig the cluster wrote (server, CA, admin token), for
+    /// `KUBECONFIG`.
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// The API server's URL, `https://127.0.0.1:PORT`.
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// The Kubernetes version the API server reports.
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+
+    /// The process id of the cluster (etcd and kube-apiserver run inside
+    /// it).
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The cluster's temporary directory (data, certificates, kubeconfig),
+    /// removed when it stops.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// How long finding the cached binary, or building it, took.
+    pub fn build_time(&self) -> Duration {
+        self.build_time
+    }
+
+    /// From starting the cluster's process to its API server answering
+    /// `/readyz`.
+    pub fn start_time(&self) -> Duration {
+        self.start_time
+    }
+
+    /// The cluster's log (its standard error), under
+    /// `target/test-cluster/logs/`.
+    pub fn log(&self) -> &Path {
+        &self.log
+    }
 }
 
 /// The cluster, started on first use. A failure (no Go, a failed build, a
@@ -50,6 +95,8 @@ fn start() -> Result<RealCluster, String> {
         kubeconfig: run.kubeconfig,
         server: run.server,
         version: run.version,
+        pid: run.pid,
+        dir: run.dir,
         build_time,
         start_time: started.elapsed(),
         log: run.log,

@@ -40,6 +40,10 @@ pub(crate) struct Started {
     pub server: String,
     /// What `/version` reports.
     pub version: String,
+    /// The child's process id.
+    pub pid: u32,
+    /// The child's temporary directory.
+    pub dir: PathBuf,
     /// From the child's start to /readyz answering, as the child measured.
     pub ready_in: Duration,
     /// The child's log (its standard error).
@@ -124,6 +128,11 @@ fn parse_ready(line: &str, log: PathBuf) -> Result<Started, String> {
         kubeconfig: text("kubeconfig")?.into(),
         server: text("server")?,
         version: text("version")?,
+        pid: ready["pid"]
+            .as_u64()
+            .and_then(|p| u32::try_from(p).ok())
+            .ok_or_else(|| format!("the test cluster's ready line lacks pid: {line}"))?,
+        dir: text("dir")?.into(),
         ready_in: Duration::from_millis(ready["total_ms"].as_u64().unwrap_or(0)),
         log,
     })
@@ -227,6 +236,8 @@ mod tests {
         assert_eq!(started.kubeconfig, Path::new("/tmp/x/kubeconfig"));
         assert_eq!(started.server, "https://127.0.0.1:4000");
         assert_eq!(started.version, "v1.37.2");
+        assert_eq!(started.pid, 7);
+        assert_eq!(started.dir, Path::new("/tmp/x"));
         assert_eq!(started.ready_in, Duration::from_millis(2500));
     }
 
