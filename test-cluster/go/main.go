@@ -169,11 +169,13 @@ func watchStdin(stopRequested chan<- string) {
 }
 
 func watchSignals(stopRequested chan<- string) {
-	signals := make(chan os.Signal, 2)
+	signals := make(chan os.Signal, 8)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	sig := <-signals
 	stopRequested <- sig.String()
-	// A second signal while stopping: leave at once (the directory may stay).
-	<-signals
-	os.Exit(1)
+	// Further signals must not cut the clean-up short: PR_SET_PDEATHSIG
+	// fires again each time the dying parent's next thread exits, so one
+	// SIGKILL of a multi-threaded parent can bring several SIGTERMs.
+	for range signals {
+	}
 }
