@@ -4,20 +4,18 @@ import (
 	"fmt"
 	"net/url"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
 )
 
-// etcdServer is a single-member etcd running inside this process.
+// etcdServer is a single-member etcd running inside this process. It is
+// never closed: it ends with the process (see stop).
 type etcdServer struct {
-	etcd *embed.Etcd
 	// endpoint is the client URL, with the port the kernel picked.
 	endpoint string
 	// failed reports an error etcd hit while running.
-	failed    <-chan error
-	closeOnce sync.Once
+	failed <-chan error
 }
 
 // startEtcd starts etcd with its data under dir and returns once it serves
@@ -56,12 +54,7 @@ func startEtcd(dir string) (*etcdServer, error) {
 		return nil, fmt.Errorf("etcd has no client listener")
 	}
 	return &etcdServer{
-		etcd:     e,
 		endpoint: "http://" + e.Clients[0].Addr().String(),
 		failed:   e.Err(),
 	}, nil
-}
-
-func (s *etcdServer) close() {
-	s.closeOnce.Do(s.etcd.Close)
 }

@@ -73,7 +73,7 @@ func run(parent string, readyTimeout time.Duration) error {
 	}
 	// Every way out of here removes the directory: errors return through
 	// this defer, and a stop request exits through stop().
-	defer os.RemoveAll(dir)
+	defer removeAll(dir)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -95,22 +95,18 @@ func run(parent string, readyTimeout time.Duration) error {
 	apiStart := time.Now()
 	api, err := startAPIServer(ctx, dir, etcd.endpoint, creds)
 	if err != nil {
-		etcd.close()
 		return err
 	}
 	if err := waitReady(ctx, api, creds, readyTimeout, stopRequested); err != nil {
-		etcd.close()
 		return err
 	}
 	apiReady := time.Since(apiStart)
 	if err := startNamespaceController(ctx, api.url, creds); err != nil {
-		etcd.close()
 		return err
 	}
 
 	kubeconfig, err := writeKubeconfig(dir, api.url, creds)
 	if err != nil {
-		etcd.close()
 		return err
 	}
 	line, err := json.Marshal(ready{
@@ -128,7 +124,6 @@ func run(parent string, readyTimeout time.Duration) error {
 		TotalMs:    time.Since(start).Milliseconds(),
 	})
 	if err != nil {
-		etcd.close()
 		return err
 	}
 	fmt.Println(string(line))
@@ -137,7 +132,6 @@ func run(parent string, readyTimeout time.Duration) error {
 	case why := <-stopRequested:
 		fmt.Fprintf(os.Stderr, "test-cluster: stopping (%s)\n", why)
 	case err := <-api.done:
-		etcd.close()
 		return fmt.Errorf("kube-apiserver stopped: %v", err)
 	case err := <-etcd.failed:
 		return fmt.Errorf("etcd stopped: %v", err)
@@ -149,16 +143,21 @@ func run(parent string, readyTimeout time.Duration) error {
 // stop ends the process without the API server's graceful shutdown, which
 // waits for seconds on purpose (for load balancers), and without closing
 // etcd, which waits for its clients' streams to end: the data is thrown
-// away, so there is nothing to finish. etcd may still be writing while the
-// directory goes, hence the retries.
+// away, so there is nothing to finish.
 func stop(dir string) {
+	removeAll(dir)
+	os.Exit(0)
+}
+
+// removeAll removes dir, retrying for a moment: etcd may still be writing
+// into it.
+func removeAll(dir string) {
 	for i := 0; i < 20; i++ {
 		if err := os.RemoveAll(dir); err == nil {
-			break
+			return
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	os.Exit(0)
 }
 
 // watchStdin reports when standard input ends: the harness that started us

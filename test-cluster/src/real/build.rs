@@ -53,7 +53,25 @@ pub(crate) fn binary() -> Result<PathBuf, String> {
         return Ok(binary);
     }
     build(&go, go_version.trim(), &binary)?;
+    remove_stale_builds(&cache);
     Ok(binary)
+}
+
+/// Removes the builds of other keys (earlier sources or toolchains) beside
+/// `current`: each is a 170 MB binary nobody will run again. A test binary
+/// still running one keeps it open, which Linux allows.
+fn remove_stale_builds(current: &Path) {
+    let Some(root) = current.parent() else { return };
+    let Ok(entries) = fs::read_dir(root) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let is_build = entry.file_name().to_string_lossy().starts_with('v');
+        if is_build && path != current && path.is_dir() {
+            let _ = fs::remove_dir_all(&path);
+        }
+    }
 }
 
 /// `$GO`, else `go` on `PATH`, else Go's default install place. Missing Go

@@ -31,6 +31,9 @@ const READY_LIMIT: Duration = Duration::from_secs(120);
 /// How long the child may take to stop after its standard input closes.
 const STOP_LIMIT: Duration = Duration::from_secs(10);
 
+/// Logs older than this are removed when a cluster starts.
+const LOG_KEEP: Duration = Duration::from_secs(24 * 3600);
+
 /// A started cluster: what its ready line said.
 #[derive(Debug)]
 pub(crate) struct Started {
@@ -61,6 +64,7 @@ static RUNNING: Mutex<Option<Running>> = Mutex::new(None);
 /// Starts `binary` and waits for its ready line.
 pub(crate) fn start(binary: &Path, log_dir: &Path) -> Result<Started, String> {
     fs::create_dir_all(log_dir).map_err(|e| format!("create {}: {e}", log_dir.display()))?;
+    remove_old_logs(log_dir);
     let exe = std::env::current_exe()
         .ok()
         .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
@@ -208,6 +212,24 @@ fn wait_stopped(limit: Duration) -> String {
                     Err(e) => format!("killed after {limit:?}: {e}"),
                 };
             }
+        }
+    }
+}
+
+/// One log per test binary run adds up: keep a day's.
+fn remove_old_logs(log_dir: &Path) {
+    let Ok(entries) = fs::read_dir(log_dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let old = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > LOG_KEEP);
+        if old {
+            let _ = fs::remove_file(entry.path());
         }
     }
 }
