@@ -79,7 +79,15 @@ fn remove_stale_builds(current: &Path) {
 /// real cluster and quietly did not run it would prove nothing.
 fn find_go() -> Result<PathBuf, String> {
     if let Some(go) = std::env::var_os(GO_ENV) {
-        return Ok(go.into());
+        let go = PathBuf::from(go);
+        if go.is_file() {
+            return Ok(go);
+        }
+        return Err(format!(
+            "${GO_ENV} is {}, which is not a file; {}",
+            go.display(),
+            NO_GO_HELP
+        ));
     }
     if let Some(path) = std::env::var_os("PATH") {
         for dir in std::env::split_paths(&path) {
@@ -93,12 +101,13 @@ fn find_go() -> Result<PathBuf, String> {
         return Ok(GO_FALLBACK.into());
     }
     Err(format!(
-        "the real-cluster tests need Go (1.26 or newer) to build kube-apiserver {KUBERNETES_VERSION} \
-         from test-cluster/go, and found none: not in ${GO_ENV}, not on PATH, not at {GO_FALLBACK}. \
-         Install Go (https://go.dev/dl/), point ${GO_ENV} at it, or run only the local API server \
-         with TEST_CLUSTER=local."
+        "found no Go: not in ${GO_ENV}, not on PATH, not at {GO_FALLBACK}; {NO_GO_HELP}"
     ))
 }
+
+const NO_GO_HELP: &str = "the real-cluster tests need Go 1.26 or newer to build kube-apiserver \
+    and etcd from test-cluster/go. Install Go (https://go.dev/dl/), put it on PATH or point $GO at \
+    it, or run only the local API server with TEST_CLUSTER=local.";
 
 /// The environment every `go` command runs with: the local toolchain only
 /// (never a download of another), and the committed go.mod and go.sum as
