@@ -32,6 +32,8 @@ pub(crate) struct Shared {
     pub store: Mutex<Store>,
     pub counts: Mutex<RequestCounts>,
     pub faults: Mutex<Vec<Fault>>,
+    /// Signalled whenever a watch opens.
+    pub watch_opened: tokio::sync::Notify,
 }
 
 /// What one endpoint keeps for itself.
@@ -145,7 +147,12 @@ pub(crate) fn handle(shared: &Shared, req: &Request) -> Reply {
         Err(e) => return Reply::error(&e),
     };
     match carry_out(&mut store, &target, req) {
-        Ok(reply) => reply,
+        Ok(reply) => {
+            if let Reply::Watch { .. } = reply {
+                shared.watch_opened.notify_waiters();
+            }
+            reply
+        }
         Err(e) => Reply::error(&e),
     }
 }

@@ -54,7 +54,9 @@
 //!   revision); a kind served in several versions is one object read in
 //!   any of them (no conversion beyond `apiVersion`).
 //! * **Create** (POST): `generateName`, 409 AlreadyExists, 404 for a
-//!   missing namespace, 403 in a terminating one; the server sets `uid`,
+//!   missing namespace (create it through the API, or with
+//!   [`LocalApiServer::create_namespace`]), 403 in a terminating one, 400
+//!   for a body with a resourceVersion; the server sets `uid`,
 //!   `creationTimestamp`, `resourceVersion` and, for kinds that keep it,
 //!   `generation: 1`; names, labels, annotations, finalizers and
 //!   ownerReferences are validated (422 Invalid).
@@ -105,10 +107,11 @@
 //!   subresource and `selectableFields`; its status says `NamesAccepted`
 //!   and `Established`.
 //! * **ownerReferences** are validated (one controller at most) and kept.
+//! * ConfigMaps and Secrets marked `immutable` refuse changes to their data
+//!   (422); a Secret's `stringData` is stored base64-encoded in `data`.
 //! * **Metadata-only** requests (`PartialObjectMetadata`, as kube-runtime's
-//!   `metadata_watcher` makes them), `dryRun=All`, Secrets' `stringData`,
-//!   discovery (`/version`, `/api`, `/apis`, per group and version) and
-//!   `/healthz`.
+//!   `metadata_watcher` makes them), `dryRun=All`, discovery (`/version`,
+//!   `/api`, `/apis`, per group and version) and `/healthz`.
 //! * **Errors** are `Status` objects with the code, reason and details a
 //!   real server gives, so kube-client returns `Error::Api` with them.
 //!
@@ -126,13 +129,14 @@
 //! * No defaulting or schema validation of object bodies beyond metadata:
 //!   a CRD's `openAPIV3Schema` is not enforced and unknown fields are not
 //!   pruned; built-in kinds get no defaults (a Pod has no `restartPolicy`
-//!   unless sent, and no `status.phase`).
+//!   unless sent, and only `status.phase: Pending`, no QoS class).
 //! * Server-side apply without field management: no `managedFields`, no
 //!   conflicts between managers (`force` is accepted and has no effect),
 //!   fields a manager stops applying are not removed, `null` in an apply
 //!   configuration means "no opinion"; lists with merge keys merge as in a
-//!   strategic merge patch, other lists are replaced. Apply bodies must be
-//!   JSON (kube-client sends JSON), not YAML.
+//!   strategic merge patch, other lists are replaced.
+//! * Request bodies must be JSON (kube-client sends JSON), apply
+//!   configurations included, not YAML.
 //! * The strategic merge patch knows merge keys by field name only (the
 //!   common fields listed above), not from each type's schema.
 //! * `/status` writes change only `.status` for every kind (some built-in
@@ -153,9 +157,18 @@
 //!   an etcd compaction every five minutes; [`LocalApiServer::expire_watches`]
 //!   compacts on demand.
 //! * Timestamps have whole seconds; `uid`s are random-looking, not
-//!   cryptographically random. Watch timeouts and injected delays run on
-//!   tokio's clock (paused time advances them); timestamps use the system
-//!   clock.
+//!   cryptographically random.
+//!
+//! # Time
+//!
+//! The server runs on a thread with a tokio runtime of its own, as a real
+//! apiserver runs in a process of its own: watch timeouts, injected delays
+//! and [`LocalApiServer::wait_for_watches`] take real time, and timestamps
+//! come from the system clock, even in a test that pauses tokio's clock.
+//! Clients are another matter: under paused time, their own timers (such as
+//! kube-runtime's watcher's idle timeout, 290 s and a margin) fire as soon
+//! as the test's runtime waits, and a test's `tokio::time::timeout` around
+//! a request can elapse before the server has answered.
 //!
 //! # Reusable behaviour checks
 //!
@@ -163,6 +176,7 @@
 //! crate's tests run, as functions of a `kube_client::Client` and a
 //! namespace, so the same checks can run against a real kube-apiserver.
 #![cfg_attr(docsrs, feature(doc_cfg))]
+#![warn(missing_docs)]
 
 mod api;
 mod counts;

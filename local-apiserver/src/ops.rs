@@ -2,7 +2,8 @@
 //! the rules of the apiserver's generic registry.
 //!
 //! * create: `generateName`, 409 AlreadyExists, 404 for a missing namespace
-//!   and 403 for a terminating one; the server sets uid, creationTimestamp,
+//!   and 403 for a terminating one, 400 for a body with a resourceVersion;
+//!   the server sets uid, creationTimestamp,
 //!   resourceVersion and generation (1), and drops `.status` for kinds with
 //!   the status subresource.
 //! * update and patch: 409 Conflict when the body names a stale
@@ -76,6 +77,11 @@ impl Store {
         dry_run: bool,
     ) -> Result<Arc<Value>, ApiError> {
         check_type(kind, &mut body)?;
+        if resource_version(&body).is_some() {
+            return Err(ApiError::bad_request(
+                "resourceVersion should not be set on objects to be created",
+            ));
+        }
         let ns = if kind.namespaced { ns } else { "" };
         {
             let m = meta_mut(&mut body);
@@ -253,7 +259,9 @@ impl Store {
             Ok(old) => old,
             Err(e) if ptype == PatchType::Apply && e.code == 404 && !status_only => {
                 let mut config = body.clone();
-                meta_mut(&mut config).insert("name".into(), json!(name));
+                let m = meta_mut(&mut config);
+                m.insert("name".into(), json!(name));
+                m.remove("resourceVersion");
                 return self
                     .create(kind, ns, config, opts.dry_run)
                     .map(|o| (201, o));
@@ -387,7 +395,14 @@ impl Store {
         }
         prepare_update(kind, &mut new, old)?;
         validate(kind, &new)?;
-        if kind.generation && spec_differs(old, &new, kind.status_subresource) {
+        // Deployments also count annotation changes (they are copied to
+        // their ReplicaSets), as the apps strategy does.
+        let annotations_changed = kind.group == "apps"
+            && kind.plural == "deployments"
+            && new.pointer("/metadata/annotations") != old.pointer("/metadata/annotations");
+        if kind.generation
+            && (spec_differs(old, &new, kind.status_subresource) || annotations_changed)
+        {
             let g = old
                 .pointer("/metadata/generation")
                 .and_then(Value::as_i64)
@@ -718,6 +733,10 @@ impl Store {
                 Ok(written)
             }
             None => {
+                let mut body = body;
+                if let Some(m) = body.get_mut("metadata").and_then(Value::as_object_mut) {
+                    m.remove("resourceVersion");
+                }
                 let status = body.get("status").cloned();
                 let created = self.create(kind, &ns, body, false)?;
                 if kind.status_subresource && status.is_some() {
@@ -850,6 +869,9 @@ fn prepare_create(kind: &KindSpec, body: &mut Value) -> Result<(), ApiError> {
             body["status"] = json!({ "phase": "Active" });
         }
         ("", "secrets") => secret_string_data(body),
+        // The pod strategy starts every Pod Pending (its QoS class and
+        // other defaults are not modelled).
+        ("", "pods") => body["status"] = json!({ "phase": "Pending" }),
         ("apiextensions.k8s.io", "customresourcedefinitions") => {
             validate_crd(kind, body)?;
             let mut f = finalizers(body);
@@ -867,7 +889,25 @@ fn prepare_create(kind: &KindSpec, body: &mut Value) -> Result<(), ApiError> {
 /// Kind-specific work on update.
 fn prepare_update(kind: &KindSpec, body: &mut Value, old: &Value) -> Result<(), ApiError> {
     match (kind.group.as_str(), kind.plural.as_str()) {
-        ("", "secrets") => secret_string_data(body),
+        ("", "secrets" | "configmaps") => {
+            if kind.plural == "secrets" {
+                secret_string_data(body);
+            }
+            if old.get("immutable").and_then(Value::as_bool) == Some(true) {
+                let same = |f: &str| body.get(f) == old.get(f);
+                if !same("data") || !same("binaryData") || !same("immutable") {
+                    return Err(ApiError::invalid(
+                        &kind.group,
+                        &kind.kind,
+                        meta_str(body, "name").unwrap_or_default(),
+                        &[FieldError::forbidden(
+                            "data",
+                            "field is immutable when `immutable` is set",
+                        )],
+                    ));
+                }
+            }
+        }
         ("", "namespaces") => {
             // The label is the server's; spec.finalizers go only through
             // the namespace's own cleanup.

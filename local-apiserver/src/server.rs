@@ -29,8 +29,12 @@ use crate::watch::WatchMsg;
 /// A cheap `Clone` handle: the server runs until the last handle is
 /// dropped, then its listeners and every open connection (watches
 /// included) are aborted. [`Endpoint`]s and `Client`s do not keep it
-/// running. It must be started inside a tokio runtime, and runs on that
-/// runtime.
+/// running.
+///
+/// The server runs on a thread and a tokio runtime of its own, like a real
+/// apiserver in another process: its watch timeouts and injected delays
+/// take real time even when a test pauses tokio's clock, and it serves
+/// clients on any runtime (or several).
 ///
 /// See the [crate docs](crate) for what it serves and how it differs from
 /// a real kube-apiserver.
@@ -46,12 +50,17 @@ struct Inner {
     endpoints: Mutex<Vec<Endpoint>>,
     tasks: Mutex<Vec<AbortHandle>>,
     runtime: tokio::runtime::Handle,
+    /// Ends the server's thread, whose runtime then drops every task.
+    stop: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
         for t in self.tasks.lock().drain(..) {
             t.abort();
+        }
+        if let Some(stop) = self.stop.lock().take() {
+            let _ = stop.send(());
         }
     }
 }
@@ -79,17 +88,22 @@ impl LocalApiServer {
     /// the built-in kinds and the namespaces `default`, `kube-system`,
     /// `kube-public` and `kube-node-lease`.
     ///
+    /// It is `async` for the sake of callers (it awaits nothing): the
+    /// server needs no runtime from its caller.
+    ///
     /// # Panics
-    /// Outside a tokio runtime, or if no loopback port can be bound.
+    /// If the server's thread or runtime cannot be started, or no loopback
+    /// port can be bound.
     pub async fn start() -> LocalApiServer {
+        let (runtime, stop) = server_thread();
         let mut store = Store::new();
         store.create_builtin_namespaces();
         let shared = Arc::new(Shared {
             store: Mutex::new(store),
             counts: Mutex::new(RequestCounts::default()),
             faults: Mutex::new(Vec::new()),
+            watch_opened: tokio::sync::Notify::new(),
         });
-        let runtime = tokio::runtime::Handle::current();
         let (main, task) = Endpoint::spawn(&shared, &runtime);
         LocalApiServer {
             inner: Arc::new(Inner {
@@ -98,6 +112,7 @@ impl LocalApiServer {
                 endpoints: Mutex::new(vec![main]),
                 tasks: Mutex::new(vec![task]),
                 runtime,
+                stop: Mutex::new(Some(stop)),
             }),
         }
     }
@@ -189,20 +204,31 @@ impl LocalApiServer {
         self.inner.shared.store.lock().open_watches()
     }
 
-    /// Waits until at least `n` watches are open, for at most `limit`;
-    /// returns whether they are. A watch counts as open once it is
-    /// registered, so every change made after this returns `true` reaches
-    /// it.
+    /// Waits until at least `n` watches are open, for at most `limit` of
+    /// real time (not tokio's clock, which a test may have paused while the
+    /// server works); returns whether they are. A watch counts as open once
+    /// it is registered, so every change made after this returns `true`
+    /// reaches it.
     pub async fn wait_for_watches(&self, n: usize, limit: std::time::Duration) -> bool {
-        let deadline = tokio::time::Instant::now() + limit;
+        let deadline = std::time::Instant::now() + limit;
         loop {
+            let opened = self.inner.shared.watch_opened.notified();
             if self.open_watches() >= n {
                 return true;
             }
-            if tokio::time::Instant::now() >= deadline {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
                 return false;
             }
-            tokio::time::sleep(Duration::from_millis(2)).await;
+            // A nap on a blocking thread is real time; closed watches are
+            // only noticed by looking again, hence the short naps.
+            let nap = tokio::task::spawn_blocking(move || {
+                std::thread::sleep(left.min(Duration::from_millis(5)));
+            });
+            tokio::select! {
+                _ = opened => {}
+                _ = nap => {}
+            }
         }
     }
 
@@ -234,8 +260,8 @@ impl LocalApiServer {
     // counted as requests.
 
     /// Backdoor: creates an object, or replaces it if it exists (without a
-    /// resourceVersion check), with the same rules and watch events as the
-    /// API; `.status` is written too, even for kinds with the status
+    /// resourceVersion check: one in `object` is ignored), with the same
+    /// rules and watch events as the API; `.status` is written too, even for kinds with the status
     /// subresource. A missing namespace is created. `object` needs
     /// `apiVersion` and `kind` (a k8s-openapi object serializes them).
     /// Returns the stored object.
@@ -245,6 +271,22 @@ impl LocalApiServer {
         let mut store = self.inner.shared.store.lock();
         let kind = kind_of(&store, &object)?;
         store.upsert(&kind, object).map(|o| (*o).clone())
+    }
+
+    /// Backdoor: creates namespace `name` unless it exists. Objects can only
+    /// be created in a namespace that exists (404 otherwise, as on a real
+    /// server); `default`, `kube-system`, `kube-public` and
+    /// `kube-node-lease` exist from the start.
+    pub fn create_namespace(&self, name: &str) -> Result<(), ApiError> {
+        if self.object("v1", "Namespace", None, name).is_some() {
+            return Ok(());
+        }
+        self.upsert(&serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": { "name": name },
+        }))
+        .map(|_| ())
     }
 
     /// Backdoor: the stored object, if any (`namespace` `None` for
@@ -317,6 +359,34 @@ impl LocalApiServer {
         };
         store.forget(&key)
     }
+}
+
+/// Starts the server's thread with a current-thread runtime; returns the
+/// runtime's handle and the sender that ends it.
+fn server_thread() -> (tokio::runtime::Handle, tokio::sync::oneshot::Sender<()>) {
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let (handle_tx, handle_rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("kube-local-apiserver".into())
+        .spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime for the local API server");
+            handle_tx
+                .send(runtime.handle().clone())
+                .expect("the starter waits for the handle");
+            runtime.block_on(async {
+                let _ = stop_rx.await;
+            });
+            // Dropping the runtime here drops every task: listeners,
+            // connections, watches.
+        })
+        .expect("a thread for the local API server");
+    let handle = handle_rx
+        .recv()
+        .expect("the local API server's runtime started");
+    (handle, stop_tx)
 }
 
 /// The served kind of an object, by its `apiVersion` and `kind`.
@@ -410,7 +480,9 @@ impl Endpoint {
     /// Cuts this endpoint off: its open connections (watches and requests
     /// in flight included) are dropped at once, without a proper end, and
     /// new connections are closed as soon as they are accepted, until
-    /// [`reconnect`](Self::reconnect). Other endpoints are not affected.
+    /// [`reconnect`](Self::reconnect). Other endpoints are not affected. A
+    /// request the server had already carried out may lose its answer, as
+    /// on a real network.
     pub fn disconnect(&self) {
         self.inner.connected.send_replace(false);
     }
@@ -575,4 +647,30 @@ async fn stream_watch(
         }
     }
     wr.write_all(http::LAST_CHUNK).await.is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handles_can_cross_threads() {
+        fn send_sync<T: Send + Sync + 'static>() {}
+        send_sync::<LocalApiServer>();
+        send_sync::<Endpoint>();
+    }
+
+    #[tokio::test]
+    async fn namespaces_are_created_once() {
+        let server = LocalApiServer::start().await;
+        assert!(server.object("v1", "Namespace", None, "default").is_some());
+        server.create_namespace("c1").unwrap();
+        let uid = server.object("v1", "Namespace", None, "c1").unwrap()["metadata"]["uid"].clone();
+        server.create_namespace("c1").unwrap();
+        assert_eq!(
+            server.object("v1", "Namespace", None, "c1").unwrap()["metadata"]["uid"],
+            uid
+        );
+        assert_eq!(server.create_namespace("Not_A_Name").unwrap_err().code, 422);
+    }
 }

@@ -321,7 +321,15 @@ impl Store {
             last = Some((ns.to_string(), name.to_string()));
             true
         };
-        if at == self.rv {
+        // The live state is the state at `at` unless this resource changed
+        // since.
+        let changed_since = self
+            .history
+            .iter()
+            .rev()
+            .take_while(|c| c.rv > at)
+            .any(|c| c.resource == resource);
+        if at >= self.oldest_rv && !changed_since {
             for (k, o) in self.live_range(&resource, namespace, after) {
                 push(&k.namespace, &k.name, o);
             }

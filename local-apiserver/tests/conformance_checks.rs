@@ -24,6 +24,8 @@ check!(patches_of_every_type);
 check!(owner_references_are_kept_and_validated);
 check!(metadata_only_requests);
 check!(secrets_string_data);
+check!(immutable_configmaps_refuse_changes);
+check!(pods_by_their_own_field_selectors);
 check!(pagination_is_consistent);
 check!(label_and_field_selectors);
 check!(watch_from_a_resource_version);

@@ -227,6 +227,11 @@ pub async fn finalizer_helper_flow(client: Client, ns: &str) {
 
 /// Deleting a namespace deletes what is in it, then the namespace; then
 /// creating in it is 404.
+///
+/// On a real cluster this is the work of kube-controller-manager's
+/// namespace controller: a bare kube-apiserver leaves the namespace
+/// `Terminating`, and this check fails there (it is not part of
+/// [`all`](super::all)).
 pub async fn namespace_deletion_removes_its_objects(client: Client, ns: &str) {
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let doomed = fresh_namespace(&client, &format!("{ns}-gone")).await;

@@ -2,9 +2,10 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::ConfigMap;
-use kube_client::api::{Api, ListParams, PostParams};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, ServiceAccount};
+use kube_client::api::{Api, ApiResource, DynamicObject, ListParams, PostParams};
 use kube_client::{Client, ResourceExt};
+use serde_json::json;
 
 use super::{api_error, configmap};
 
@@ -37,8 +38,9 @@ pub async fn pagination_is_consistent(client: Client, ns: &str) {
     let mut token = first.metadata.continue_.clone().expect("a continue token");
     let mut names: Vec<String> = first.items.iter().map(ResourceExt::name_any).collect();
 
-    // Created after the first page: not part of this list.
-    api.create(&pp, &labelled("page-00a", &[("pages", "yes")]))
+    // Created after the first page, named into a later page: not part of
+    // this list.
+    api.create(&pp, &labelled("page-15a", &[("pages", "yes")]))
         .await
         .expect("create between pages");
 
@@ -166,4 +168,53 @@ pub async fn label_and_field_selectors(client: Client, ns: &str) {
 
     let labels: BTreeMap<String, String> = api.get("sel-web").await.unwrap().labels().clone();
     assert_eq!(labels.len(), 3);
+}
+
+/// Pods are created `Pending` and can be selected by the fields Pods
+/// declare (`spec.nodeName`, `status.phase`): an unscheduled Pod has an
+/// empty `spec.nodeName`.
+pub async fn pods_by_their_own_field_selectors(client: Client, ns: &str) {
+    // JSON, not k8s-openapi's Pod: whether its spec is an Option depends
+    // on the Kubernetes version k8s-openapi is built for.
+    let ar = ApiResource::erase::<Pod>(&());
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
+    // A bare kube-apiserver (no controller-manager) has no `default`
+    // ServiceAccount in a new namespace, and its ServiceAccount admission
+    // refuses Pods without one.
+    let accounts: Api<ServiceAccount> = Api::namespaced(client, ns);
+    let sa: ServiceAccount =
+        serde_json::from_value(json!({ "metadata": { "name": "default" } })).unwrap();
+    match accounts.create(&PostParams::default(), &sa).await {
+        Ok(_) => {}
+        Err(kube_client::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("create the default ServiceAccount: {e}"),
+    }
+    let pod = DynamicObject::new("unscheduled", &ar).data(json!({
+        "spec": { "containers": [{ "name": "main", "image": "registry.example/app:1" }] },
+    }));
+    let created = api
+        .create(&PostParams::default(), &pod)
+        .await
+        .expect("create a pod");
+    assert_eq!(created.data["status"]["phase"], "Pending");
+    let names = |fields: &'static str| {
+        let api = api.clone();
+        async move {
+            api.list(&ListParams::default().fields(fields))
+                .await
+                .unwrap_or_else(|e| panic!("{fields}: {e}"))
+                .items
+                .iter()
+                .map(ResourceExt::name_any)
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(names("spec.nodeName=").await, ["unscheduled"]);
+    assert!(names("spec.nodeName=node-1").await.is_empty());
+    assert_eq!(names("status.phase=Pending").await, ["unscheduled"]);
+    assert!(names("status.phase=Running").await.is_empty());
+    api.delete("unscheduled", &Default::default())
+        .await
+        .expect("delete an unscheduled pod");
+    assert!(api.get_opt("unscheduled").await.unwrap().is_none());
 }

@@ -3,14 +3,18 @@
 
 use std::collections::BTreeMap;
 
+use futures_util::{StreamExt, TryStreamExt};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube_client::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube_client::api::{
+    Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams, WatchEvent,
+    WatchParams,
+};
 use kube_client::{Client, ResourceExt};
 use serde_json::json;
 
-use super::{api_error, configmap};
+use super::{LIMIT, api_error, configmap};
 
 /// Create sets uid, creationTimestamp and resourceVersion (no generation on
 /// a ConfigMap); a second create is 409 AlreadyExists; `generateName` makes
@@ -95,6 +99,15 @@ pub async fn create_get_replace_delete(client: Client, ns: &str) {
         api.delete("crud", &DeleteParams::default()).await,
     );
     assert_eq!(code, 404);
+
+    // A body with a resourceVersion cannot be created.
+    let mut with_rv = configmap("with-rv", &[]);
+    with_rv.metadata.resource_version = Some("1".into());
+    let (code, _) = api_error(
+        "create with a resourceVersion",
+        api.create(&pp, &with_rv).await,
+    );
+    assert_eq!(code, 400);
 
     // Names are validated.
     let (code, reason) = api_error(
@@ -333,7 +346,7 @@ pub async fn owner_references_are_kept_and_validated(client: Client, ns: &str) {
     assert_eq!((code, reason.as_str()), (422, "Invalid"));
 }
 
-/// `PartialObjectMetadata` gets and lists return metadata only.
+/// `PartialObjectMetadata` gets, lists and watches return metadata only.
 pub async fn metadata_only_requests(client: Client, ns: &str) {
     let api: Api<ConfigMap> = Api::namespaced(client, ns);
     let mut cm = configmap("meta-only", &[("big", "data")]);
@@ -349,7 +362,69 @@ pub async fn metadata_only_requests(client: Client, ns: &str) {
         .expect("list_metadata");
     assert_eq!(list.items.len(), 1);
     assert_eq!(list.items[0].metadata.name.as_deref(), Some("meta-only"));
-    assert!(list.metadata.resource_version.is_some());
+    let rv = list.metadata.resource_version.expect("a list version");
+
+    let mut events = api
+        .watch_metadata(&WatchParams::default().labels("meta=only").timeout(60), &rv)
+        .await
+        .expect("watch_metadata")
+        .boxed();
+    let mut second = configmap("meta-only-2", &[("big", "data")]);
+    second.metadata.labels = cm.metadata.labels.clone();
+    api.create(&PostParams::default(), &second)
+        .await
+        .expect("create");
+    let event = tokio::time::timeout(LIMIT, async {
+        loop {
+            match events.try_next().await.expect("watch").expect("open") {
+                WatchEvent::Bookmark(_) => {}
+                other => return other,
+            }
+        }
+    })
+    .await
+    .expect("an event in time");
+    match event {
+        WatchEvent::Added(meta) => {
+            assert_eq!(meta.metadata.name.as_deref(), Some("meta-only-2"));
+            assert_eq!(
+                meta.types.map(|t| t.kind).as_deref(),
+                Some("PartialObjectMetadata")
+            );
+        }
+        other => panic!("expected ADDED, got {other:?}"),
+    }
+}
+
+/// ConfigMaps marked `immutable` refuse changes to their data (422) but
+/// may still be relabelled or deleted.
+pub async fn immutable_configmaps_refuse_changes(client: Client, ns: &str) {
+    let api: Api<ConfigMap> = Api::namespaced(client, ns);
+    let mut cm = configmap("frozen", &[("v", "1")]);
+    cm.immutable = Some(true);
+    api.create(&PostParams::default(), &cm)
+        .await
+        .expect("create");
+    let (code, reason) = api_error(
+        "changing immutable data",
+        api.patch(
+            "frozen",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "data": { "v": "2" } })),
+        )
+        .await,
+    );
+    assert_eq!((code, reason.as_str()), (422, "Invalid"));
+    api.patch(
+        "frozen",
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "metadata": { "labels": { "still": "labellable" } } })),
+    )
+    .await
+    .expect("metadata may change");
+    api.delete("frozen", &DeleteParams::default())
+        .await
+        .expect("delete");
 }
 
 /// A Secret's `stringData` is stored base64-encoded in `data`.

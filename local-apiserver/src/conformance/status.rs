@@ -35,8 +35,9 @@ fn spec_replicas(d: &DynamicObject) -> Option<i64> {
 
 /// Create drops `.status`; `/status` writes change only `.status` (not the
 /// spec, not labels, not `generation`); writes to the object keep the old
-/// `.status` and bump `generation` when the spec changes, not when only
-/// metadata does; `/status` writes conflict on a stale resourceVersion.
+/// `.status` and bump `generation` when the spec (or, for a Deployment, its
+/// annotations) changes, not when only labels do; `/status` writes conflict
+/// on a stale resourceVersion.
 pub async fn status_subresource_on_deployments(client: Client, ns: &str) {
     let ar = ApiResource::erase::<Deployment>(&());
     let api: Api<DynamicObject> = Api::namespaced_with(client, ns, &ar);
@@ -99,10 +100,21 @@ pub async fn status_subresource_on_deployments(client: Client, ns: &str) {
         )
         .await
         .expect("patch labels");
+    assert_eq!(labelled.metadata.generation, Some(2), "labels are not spec");
+    let annotated = api
+        .patch(
+            "statusful",
+            &pp,
+            &Patch::Merge(
+                json!({ "metadata": { "annotations": { "note": "copied to replica sets" } } }),
+            ),
+        )
+        .await
+        .expect("patch annotations");
     assert_eq!(
-        labelled.metadata.generation,
-        Some(2),
-        "metadata is not spec"
+        annotated.metadata.generation,
+        Some(3),
+        "a Deployment's annotations count as spec"
     );
 
     let mut stale = with_status;
