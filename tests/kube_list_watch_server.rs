@@ -491,38 +491,39 @@ async fn no_object_is_reconciled_twice_at_once() {
         let (_results, stop_tx, controller) = start_controller(
             queue.clone(),
             4,
-            reconciler(client.clone(), obs.clone(), None, Duration::from_millis(15)),
+            reconciler(client.clone(), obs.clone(), None, Duration::from_millis(50)),
         );
         reports_until(&mut reports, |r| r.len() == 4).await;
 
         // A burst of changes to the same few objects while they are
-        // reconciled.
-        for round in 1..=60 {
-            apply(
-                &client,
-                &run,
-                &run,
-                &format!("cm-{}", round % 4),
-                &[("v", &round.to_string())],
-            )
-            .await;
-            if round % 6 == 0 {
-                tokio::time::sleep(Duration::from_millis(7)).await;
-            }
+        // reconciled: 15 rounds, each changing all four at once, so the
+        // changes outpace the reconciles on either server (a real one
+        // takes milliseconds per write, the local one far less).
+        for round in 1..=15 {
+            let v = round.to_string();
+            let writes = (0..4).map(|i| {
+                let (client, run, v) = (&client, &run, &v);
+                async move { apply(client, run, run, &format!("cm-{i}"), &[("v", v)]).await }
+            });
+            futures::future::join_all(writes).await;
         }
         // Each object's last reconcile saw its last version: changes made
         // during a reconcile were reconciled again afterwards.
         eventually("last versions reconciled", || {
-            (57..=60).all(|round: i32| {
-                obs.last(&format!("{run}/cm-{}", round % 4)) == Some(Some(round.to_string()))
-            })
+            (0..4).all(|i| obs.last(&format!("{run}/cm-{i}")) == Some(Some("15".into())))
         })
         .await;
         stop(stop_tx, controller, feeder).await;
         assert_eq!(obs.max_in_flight_per_key.load(Ordering::SeqCst), 1);
-        // De-duplication: far fewer reconciles than changes.
+        // De-duplication: fewer reconciles than the 64 versions (4 created,
+        // 60 changes).
         let reconciles = obs.order.lock().unwrap().len();
         assert!(reconciles < 64, "{reconciles} reconciles");
+        eprintln!(
+            "{} on {}: {reconciles} reconciles for 64 versions",
+            t.name(),
+            t.backend()
+        );
         drop(reports);
     })
     .await;

@@ -31,14 +31,24 @@ const MAX_NAME: usize = 63;
 /// this cluster does not run, and the whole cluster goes when the test
 /// binary ends.
 ///
-/// ```no_run
-/// # async fn test() {
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
 /// use k8s_openapi::api::core::v1::ConfigMap;
+/// use kube_client::api::PostParams;
 /// use kube_test_cluster::{Backend, TestNamespace};
 ///
-/// let ns = TestNamespace::new(Backend::Real, "configmaps").await;
+/// // Backend::Real works the same way (after its first build).
+/// let ns = TestNamespace::new(Backend::Local, "configmaps").await;
 /// let configmaps = ns.api::<ConfigMap>();
 /// assert!(configmaps.list(&Default::default()).await.unwrap().items.is_empty());
+///
+/// let mut cm = ConfigMap::default();
+/// cm.metadata.name = Some("settings".into());
+/// configmaps.create(&PostParams::default(), &cm).await.unwrap();
+/// let listed = configmaps.list(&Default::default()).await.unwrap();
+/// assert_eq!(listed.items[0].metadata.namespace.as_deref(), Some(ns.name()));
+/// assert!(ns.local().is_some(), "fault injection is there on the local backend");
 /// # }
 /// ```
 #[derive(Clone)]
