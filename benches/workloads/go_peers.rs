@@ -51,6 +51,12 @@ const FIGURES: [&str; 7] = [
     "drain ms after last add",
 ];
 
+/// `go build`'s arguments before the output path: go.mod and go.sum as they
+/// are committed, and no -trimpath, so that `go test` and `go vet` in the
+/// folder share the compiled packages in Go's build cache. Part of the
+/// cached binary's key.
+const GO_BUILD: [&str; 4] = ["build", "-mod=readonly", "-buildvcs=false", "-o"];
+
 /// How long one Go run may take before the Go peers count as failed (the
 /// slowest, the priority queue with metrics on W1 at 1M keys, takes seconds).
 const RUN_TIMEOUT: Duration = Duration::from_secs(300);
@@ -429,7 +435,8 @@ fn go() -> Command {
     cmd
 }
 
-/// Where the binary for the program's current sources is cached.
+/// Where the binary for the program's current sources, `go` and build
+/// arguments is cached.
 fn binary(dir: &Path, go_version: &str) -> Result<PathBuf, String> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(|e| format!("reading {}: {e}", dir.display()))?
@@ -446,6 +453,7 @@ fn binary(dir: &Path, go_version: &str) -> Result<PathBuf, String> {
     // rebuild.
     let mut hasher = DefaultHasher::new();
     go_version.hash(&mut hasher);
+    GO_BUILD.hash(&mut hasher);
     for f in &files {
         f.file_name().hash(&mut hasher);
         std::fs::read(f)
@@ -479,13 +487,7 @@ fn build(dir: &Path, bin: &Path) -> Result<Duration, String> {
         cmd.current_dir(dir)
             .env("GOTOOLCHAIN", "local")
             .env("GOWORK", "off")
-            .args([
-                "build",
-                "-mod=readonly",
-                "-buildvcs=false",
-                "-trimpath",
-                "-o",
-            ])
+            .args(GO_BUILD)
             .arg(&tmp)
             .arg(".")
             .output()
