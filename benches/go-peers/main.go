@@ -39,7 +39,13 @@
 //     garbage of the previous run is not collected on this run's clock (the
 //     Rust side frees memory as it goes and makes a fresh runtime per run).
 //   - Goroutines, not tokio tasks: the producers, consumers and the queues'
-//     own goroutines are scheduled by Go on 2 Ps.
+//     own goroutines are scheduled by Go on 2 Ps, in a process of their own
+//     that sits idle while the Rust runs go (and the other way round).
+//   - Keys: a Go add passes a string (a pointer and a length), while a Rust
+//     WorkQueue<String> takes an owned String, so the Rust W2 producers clone
+//     a key (an allocation, freed again when the add is de-duplicated) for
+//     each add and the Go ones do not. W1's keys are moved in, no copy on
+//     either side.
 //   - End of W2 for the priority queue: its ShutDown drops what is queued
 //     and it cannot be asked about keys in flight, so the drain polls it
 //     (every 200 us) until Len() == 0, no consumer is between Get and Done
@@ -56,7 +62,10 @@
 //     calls SetProvider all the same and probes whether it took; when it did
 //     not, it hands the same provider to the named queue in
 //     TypedQueueConfig.MetricsProvider, which makes the same metric calls.
-//     The hello line says which.
+//     The hello line says which. component-base wraps client_golang in its
+//     own metric types; those act when a queue looks up its children, not
+//     on each Inc, Observe or Set, which land on client_golang's types here
+//     as there.
 //   - Every run with metrics checks afterwards that the queue's adds counter
 //     rose by exactly its number of processings, so that a metrics row
 //     cannot silently run without metrics.
