@@ -6,7 +6,11 @@
 //!   receiver behind a mutex (the floor: handing a key from task to task);
 //! - `kube-runtime`: `kube_runtime::scheduler::scheduler` fed by a channel of
 //!   `ScheduleRequest`s and driven as kube-runtime's controller runner drives
-//!   it (see [`kube_runner`]).
+//!   it (see [`kube_runner`]);
+//!
+//! and, on W1, W1-100k and W2, beside the Go queues controllers use
+//! (client-go's workqueue, controller-runtime's priority queue), run by the Go
+//! program in `benches/go-peers/` between the Rust runs (see [`go_peers`]).
 //!
 //! W7 (a tenant's flood) compares two orderings of this crate instead: fair
 //! share by namespace, and FIFO. W6 also measures fair share's memory.
@@ -18,6 +22,7 @@
 //! cargo bench --bench workloads -- --impl=mpsc W1   # and only implementations named so
 //! cargo bench --bench workloads -- '--impl=tokio-workqueue$' W1   # exactly so
 //! cargo bench --bench workloads -- --verbose  # also print every run's figures
+//! cargo bench --bench workloads -- --no-go    # without the Go peers
 //! ```
 //!
 //! Prints a table, target verdicts (ratios of medians measured in this run)
@@ -47,6 +52,9 @@ use tokio_workqueue::{AddOpts, FairShare, Fifo, WorkQueue};
 #[path = "workloads/c1.rs"]
 mod c1;
 
+#[path = "workloads/go_peers.rs"]
+mod go_peers;
+
 // ---------------------------------------------------------------- settings
 
 /// Run settings from the command line.
@@ -63,6 +71,8 @@ struct Config {
     imp: Option<String>,
     /// `--verbose`: print every run's figures.
     verbose: bool,
+    /// The Go peers of this sitting (`--no-go`: none).
+    go_peers: go_peers::GoPeers,
 }
 
 impl Config {
@@ -88,6 +98,7 @@ impl Config {
             only,
             imp,
             verbose,
+            go_peers: go_peers::GoPeers::from_args(),
         }
     }
 
@@ -835,6 +846,19 @@ fn repeat(
     report: &mut Report,
     workload: &str,
     subjects: &[&dyn Subject],
+    one: impl FnMut(&dyn Subject, bool) -> Vec<(&'static str, f64)>,
+) {
+    repeat_with_go(cfg, report, workload, subjects, None, one)
+}
+
+/// [`repeat`], and after each round of the subjects' runs, a run of each Go
+/// peer on `go`.
+fn repeat_with_go(
+    cfg: &Config,
+    report: &mut Report,
+    workload: &str,
+    subjects: &[&dyn Subject],
+    go: Option<go_peers::Run>,
     mut one: impl FnMut(&dyn Subject, bool) -> Vec<(&'static str, f64)>,
 ) {
     if !cfg.wants(workload) {
@@ -857,13 +881,17 @@ fn repeat(
                 }
             }
         }
+        if let Some(go) = go {
+            cfg.go_peers.run(cfg, report, workload, go, run);
+        }
     }
 }
 
 /// W1 fifo-drain (and its variants): 1 producer adds n distinct keys, 4
 /// consumers. Figure: items/s.
 fn w1(cfg: &Config, report: &mut Report, workload: &str, n: usize, subjects: &[&dyn Subject]) {
-    repeat(cfg, report, workload, subjects, |subject, _| {
+    let go = go_peers::Run { workload: "W1", n };
+    repeat_with_go(cfg, report, workload, subjects, Some(go), |subject, _| {
         let run = run_counted(subject, keys(0..n), |a, _, k| a.add(k), |_| {});
         vec![
             ("items/s", run.items_per_sec(n)),
@@ -878,7 +906,11 @@ fn w1(cfg: &Config, report: &mut Report, workload: &str, n: usize, subjects: &[&
 fn w2(cfg: &Config, report: &mut Report, subjects: &[&dyn Subject]) {
     let per_producer = cfg.n(250_000);
     let adds = (per_producer * W2_PRODUCERS) as f64;
-    repeat(cfg, report, "W2", subjects, |subject, verify| {
+    let go = go_peers::Run {
+        workload: "W2",
+        n: per_producer * W2_PRODUCERS,
+    };
+    repeat_with_go(cfg, report, "W2", subjects, Some(go), |subject, verify| {
         let names = Arc::new(keys(0..W2_KEYS));
         // Verification: adds of each key so far, and the most a processing
         // of it saw; after the run both must agree for every key.
@@ -886,7 +918,7 @@ fn w2(cfg: &Config, report: &mut Report, subjects: &[&dyn Subject]) {
             Arc::new((0..W2_KEYS).map(|_| AtomicU64::new(0)).collect());
         let seen: Arc<Vec<AtomicU64>> = Arc::new((0..W2_KEYS).map(|_| AtomicU64::new(0)).collect());
         let rt = runtime();
-        let (took, processed) = rt.block_on(async {
+        let (took, drain, processed) = rt.block_on(async {
             let (added2, seen2) = (added.clone(), seen.clone());
             let work: Work = if verify {
                 Arc::new(move |k: &str| {
@@ -913,18 +945,26 @@ fn w2(cfg: &Config, report: &mut Report, subjects: &[&dyn Subject]) {
                                 tokio::task::yield_now().await;
                             }
                         }
-                        start
+                        (start, Instant::now())
                     })
                 })
                 .collect();
             drop(running.adder);
             let mut start = None::<Instant>;
+            let mut last_add = None::<Instant>;
             for p in producers {
-                let s = p.await.expect("a producer");
+                let (s, l) = p.await.expect("a producer");
                 start = Some(start.map_or(s, |t| t.min(s)));
+                last_add = Some(last_add.map_or(l, |t| t.max(l)));
             }
             let drained = running.drain.await;
-            (drained.end - start.expect("producers"), drained.processed)
+            (
+                drained.end - start.expect("producers"),
+                drained
+                    .end
+                    .saturating_duration_since(last_add.expect("producers")),
+                drained.processed,
+            )
         });
         drop(rt);
         if verify {
@@ -949,6 +989,8 @@ fn w2(cfg: &Config, report: &mut Report, subjects: &[&dyn Subject]) {
         vec![
             ("adds/s", adds / took.as_secs_f64()),
             ("processed/adds", processed as f64 / adds),
+            // How long the queue took to empty once the adds were over.
+            ("drain ms after last add", drain.as_secs_f64() * 1e3),
         ]
     });
 }
@@ -1513,6 +1555,7 @@ fn verdicts(report: &Report, cfg: &Config) {
     }
     #[cfg(feature = "kube")]
     c1::verdicts(report, &mut lines);
+    lines.extend(cfg.go_peers.verdicts(report, &metrics, metrics_hook::KIND));
     if lines.is_empty() {
         return;
     }
@@ -1601,4 +1644,8 @@ fn main() {
         cfg.runs,
         started.elapsed().as_secs_f64()
     );
+    if cfg.go_peers.failed() {
+        eprintln!("the Go peers failed (see above)");
+        std::process::exit(1);
+    }
 }
