@@ -1,12 +1,13 @@
-//! The `Controller` end to end against an API server (the local one from
-//! `kube-local-apiserver`): owned children, a mapper, kube-runtime's
-//! finalizer helper, a 410 re-list, a change overtaking a 1,000-object
-//! backlog, and zero GETs while reconciling.
+//! The `Controller` end to end against an API server: owned children, a
+//! mapper, kube-runtime's finalizer helper, a change overtaking a
+//! 1,000-object backlog, against every backend `TEST_CLUSTER` selects (the
+//! local API server and a real kube-apiserver, through `kube-test-cluster`);
+//! and, on a local API server of their own (they need its fault injection
+//! and request counts, which act on the whole server), a 410 re-list and
+//! zero GETs while reconciling.
 //!
-//! Each case is a function of a `Client` and a namespace, changing objects
-//! only through the API, so it runs unchanged against a real kube-apiserver;
-//! the cases that need the local server's fault injection (410 Gone, request
-//! counts) say so.
+//! Each case is a function of a `Client` and a namespace and changes objects
+//! only through the API.
 #![cfg(feature = "kube")]
 
 use std::collections::{BTreeMap, HashMap};
@@ -21,6 +22,7 @@ use kube_client::{Api, Client, ResourceExt};
 use kube_local_apiserver::{LocalApiServer, Verb};
 use kube_runtime::finalizer::{Event as Finalizer, finalizer};
 use kube_runtime::watcher;
+use kube_test_cluster::for_each_backend;
 use serde_json::json;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -149,7 +151,7 @@ fn recording(
 // ------------------------------------------------------------------ cases
 
 /// A change to an owned child reconciles its owner.
-async fn owned_child_triggers_owner(client: Client, ns: &str) {
+async fn owned_child_triggers_owner_case(client: Client, ns: &str) {
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
     let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
     let owner = cms
@@ -203,7 +205,7 @@ async fn owned_child_triggers_owner(client: Client, ns: &str) {
 }
 
 /// `watches` with a mapper: a Secret labelled `for=NAME` triggers NAME.
-async fn mapper_triggers_keys(client: Client, ns: &str) {
+async fn mapper_triggers_keys_case(client: Client, ns: &str) {
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
     let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
     cms.create(&PostParams::default(), &cm("target", "1"))
@@ -245,7 +247,7 @@ async fn mapper_triggers_keys(client: Client, ns: &str) {
 
 /// kube-runtime's finalizer helper: the finalizer is added on the first
 /// reconcile, a deletion runs the clean-up once, and the object goes.
-async fn finalizer_flow(client: Client, ns: &str) {
+async fn finalizer_flow_case(client: Client, ns: &str) {
     const NAME: &str = "example.test/cleanup";
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
     cms.create(&PostParams::default(), &cm("guarded", "1"))
@@ -303,7 +305,7 @@ async fn finalizer_flow(client: Client, ns: &str) {
 
 /// A change made while 1,000 listed objects wait is reconciled within the
 /// first few, not after the backlog.
-async fn change_overtakes_backlog(
+async fn change_overtakes_backlog_case(
     client: Client,
     ns: &str,
     seed: impl AsyncFnOnce(&Api<ConfigMap>),
@@ -353,36 +355,57 @@ async fn change_overtakes_backlog(
     assert!(record.overlaps.lock().unwrap().is_empty());
 }
 
-// ------------------------------------------------------------ local server
+// ---------------------------------------------------------- every backend
 
-async fn local() -> (LocalApiServer, Client) {
-    let server = LocalApiServer::start().await;
-    let client = server.client();
-    (server, client)
+/// Creates `bulk-0` .. `bulk-999` through the API, 16 at a time.
+async fn seed_backlog(cms: &Api<ConfigMap>) {
+    futures::stream::iter(0..1000)
+        .for_each_concurrent(16, |i| async move {
+            cms.create(&PostParams::default(), &cm(&format!("bulk-{i}"), "0"))
+                .await
+                .unwrap();
+        })
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn owned_child_triggers_owner_local() {
-    let (_server, client) = local().await;
-    owned_child_triggers_owner(client, "default").await;
+async fn owned_child_triggers_owner() {
+    for_each_backend("owns", |ns| async move {
+        owned_child_triggers_owner_case(ns.client(), ns.name()).await
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mapper_triggers_keys_local() {
-    let (_server, client) = local().await;
-    mapper_triggers_keys(client, "default").await;
+async fn mapper_triggers_keys() {
+    for_each_backend("watches", |ns| async move {
+        mapper_triggers_keys_case(ns.client(), ns.name()).await
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn finalizer_flow_local() {
-    let (_server, client) = local().await;
-    finalizer_flow(client, "default").await;
+async fn finalizer_flow() {
+    for_each_backend("finalizer", |ns| async move {
+        finalizer_flow_case(ns.client(), ns.name()).await
+    })
+    .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn change_overtakes_backlog() {
+    for_each_backend("backlog", |ns| async move {
+        change_overtakes_backlog_case(ns.client(), ns.name(), seed_backlog).await
+    })
+    .await;
+}
+
+// ------------------------------------------------ a local server of its own
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn change_overtakes_backlog_with_zero_gets_local() {
-    let (server, client) = local().await;
-    change_overtakes_backlog(client, "default", async |_: &Api<ConfigMap>| {
+    let server = LocalApiServer::start().await;
+    change_overtakes_backlog_case(server.client(), "default", async |_: &Api<ConfigMap>| {
         for i in 0..1000 {
             let mut c = cm(&format!("bulk-{i}"), "0");
             c.metadata.namespace = Some("default".into());
@@ -399,8 +422,8 @@ async fn change_overtakes_backlog_with_zero_gets_local() {
 /// and no key is reconciled twice at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relist_after_410_is_low_priority_local() {
-    let (server, client) = local().await;
-    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let server = LocalApiServer::start().await;
+    let cms: Api<ConfigMap> = Api::namespaced(server.client(), "default");
     for i in 0..300 {
         let mut c = cm(&format!("obj-{i}"), "0");
         c.metadata.namespace = Some("default".into());

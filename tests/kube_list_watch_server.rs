@@ -32,9 +32,7 @@ use kube_test_cluster::{Backend, TestNamespace, backends, for_each_backend};
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio_workqueue::WorkQueue;
-use tokio_workqueue::kube::{
-    Action, Cause, EnqueueError, Enqueued, ObjectRef, WatchQueueExt,
-};
+use tokio_workqueue::kube::{Action, Cause, EnqueueError, Enqueued, ObjectRef, WatchQueueExt};
 
 type Key = ObjectRef<ConfigMap>;
 

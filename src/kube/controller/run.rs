@@ -625,7 +625,6 @@ fn outcome_label<E>(outcome: &Outcome<E>) -> super::metrics::Result {
     }
 }
 
-
 impl<K, O, Ctx, Rec, Pol, Fut> Stream for Runner<K, O, Ctx, Rec, Pol, Fut>
 where
     K: Clone + Resource + fmt::Debug + Send + Sync + 'static,
