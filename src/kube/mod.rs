@@ -150,6 +150,7 @@
 
 mod adapter;
 mod controller;
+pub mod leader;
 mod triage;
 
 pub use adapter::{
