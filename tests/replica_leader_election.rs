@@ -510,3 +510,43 @@ async fn replica_invalid_lease_config_is_an_error_not_a_panic() {
     // Nothing was written.
     assert_eq!(holder(server.client()).await, None);
 }
+
+#[cfg(feature = "prometheus")]
+#[tokio::test]
+async fn replica_gauge_reports_who_leads() {
+    use tokio_workqueue::kube::leader::LeaderMetrics;
+
+    let server = LocalApiServer::start().await;
+    // One gauge family per replica, as each process has its own registry.
+    let metrics: Vec<LeaderMetrics> = (0..3).map(|_| LeaderMetrics::new()).collect();
+    let mut electors: Vec<Option<_>> = metrics
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            Some(
+                LeaderElection::new(server.endpoint().client(), config(i))
+                    .metrics(m.clone())
+                    .start()
+                    .unwrap(),
+            )
+        })
+        .collect();
+    let all: Vec<_> = electors.iter().flatten().collect();
+    let leader = wait_for_one_leader(&all, None).await;
+    let status: Vec<i64> = metrics.iter().map(|m| m.status("replicas")).collect();
+    let mut expected = vec![0; 3];
+    expected[leader] = 1;
+    assert_eq!(status, expected);
+
+    let mut registry = prometheus_client::registry::Registry::default();
+    metrics[leader].register(&mut registry);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    assert!(
+        text.contains("leader_election_master_status{name=\"replicas\"} 1"),
+        "{text}"
+    );
+
+    electors[leader].take().unwrap().release().await.unwrap();
+    assert_eq!(metrics[leader].status("replicas"), 0);
+}

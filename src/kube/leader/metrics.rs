@@ -17,9 +17,11 @@ use prometheus_client::registry::Registry;
 /// let mut registry = Registry::default();
 /// let metrics = LeaderMetrics::new();
 /// metrics.register(&mut registry);
+/// // Not leading (yet): 0.
+/// assert_eq!(metrics.status("my-controller"), 0);
 /// let mut text = String::new();
 /// prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
-/// assert!(text.contains("# TYPE leader_election_master_status gauge"));
+/// assert!(text.contains(r#"leader_election_master_status{name="my-controller"} 0"#));
 /// ```
 #[derive(Debug, Clone, Default)]
 pub struct LeaderMetrics {
@@ -42,7 +44,8 @@ impl LeaderMetrics {
         );
     }
 
-    /// The gauge's value for the Lease `name` (0 for one never reported).
+    /// The gauge's value for the Lease `name`; a Lease never reported gets
+    /// its series, at 0.
     #[must_use]
     pub fn status(&self, name: &str) -> i64 {
         self.status.get_or_create(&label(name)).get()
