@@ -167,11 +167,13 @@ impl Record {
 struct Ctx {
     record: Arc<Record>,
     replica: usize,
+    /// How long each reconcile takes.
+    work: Duration,
 }
 
 async fn reconcile(cm: Arc<ConfigMap>, ctx: Arc<Ctx>) -> Result<Action, TestError> {
     let _running = ctx.record.start(cm.name_any(), ctx.replica);
-    sleep(Duration::from_millis(30)).await;
+    sleep(ctx.work).await;
     Ok(Action::requeue(Duration::from_millis(20)))
 }
 
@@ -184,6 +186,8 @@ struct Replica {
     endpoint: Endpoint,
     task: JoinHandle<()>,
     shutdown: Option<oneshot::Sender<()>>,
+    /// The controller's error reports, as text.
+    errors: Arc<Mutex<Vec<String>>>,
 }
 
 impl Replica {
@@ -192,6 +196,22 @@ impl Replica {
         replica: usize,
         record: &Arc<Record>,
         skew_seconds: i64,
+    ) -> Replica {
+        Self::start_with(
+            server,
+            replica,
+            record,
+            skew_seconds,
+            Duration::from_millis(30),
+        )
+    }
+
+    fn start_with(
+        server: &LocalApiServer,
+        replica: usize,
+        record: &Arc<Record>,
+        skew_seconds: i64,
+        work: Duration,
     ) -> Replica {
         let endpoint = server.endpoint();
         let client = endpoint.client();
@@ -212,13 +232,22 @@ impl Replica {
             Arc::new(Ctx {
                 record: record.clone(),
                 replica,
+                work,
             }),
         );
-        let task = tokio::spawn(stream.for_each(|_| async {}));
+        let errors = Arc::new(Mutex::new(Vec::new()));
+        let reported = errors.clone();
+        let task = tokio::spawn(stream.for_each(move |item| {
+            if let Err(e) = item {
+                reported.lock().unwrap().push(e.to_string());
+            }
+            async {}
+        }));
         Replica {
             endpoint,
             task,
             shutdown: Some(shutdown),
+            errors,
         }
     }
 
@@ -348,6 +377,48 @@ async fn replica_cut_off_from_the_api_server_fences_before_another_takes_over() 
     sleep(LEASE * 2).await;
     // Back online, it follows: the new leader goes on alone.
     assert_eq!(record.replicas_after(back), [next.replica]);
+    record.check_no_overlap();
+}
+
+#[tokio::test]
+async fn replica_cut_off_cancels_long_reconciles_within_the_fencing_grace() {
+    let server = server_with_configmaps().await;
+    let record = Arc::new(Record::default());
+    // Reconciles that would run far past any lease.
+    let work = Duration::from_secs(30);
+    let replicas: Vec<Replica> = (0..3)
+        .map(|i| Replica::start_with(&server, i, &record, 0, work))
+        .collect();
+    let first = record.first_start_after(Instant::now(), None).await;
+    sleep(Duration::from_millis(100)).await;
+    let leader = &replicas[first.replica];
+
+    leader.endpoint.disconnect();
+    let cut = Instant::now();
+    let next = record.first_start_after(cut, Some(first.replica)).await;
+    let old: Vec<Run> = record
+        .runs()
+        .into_iter()
+        .filter(|r| r.replica == first.replica)
+        .collect();
+    assert_eq!(old.len(), KEYS, "every key was in flight on the old leader");
+    for run in &old {
+        let end = run.end.expect("cancelled");
+        assert!(end < next.start, "{run:?} still ran when {next:?} started");
+        assert!(
+            end - cut <= RENEW + config(0).fencing_grace() + RETRY,
+            "cancelled {:?} after the cut",
+            end - cut
+        );
+    }
+    let fenced = leader
+        .errors
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|e| e.contains("stopped leading"))
+        .count();
+    assert_eq!(fenced, KEYS);
     record.check_no_overlap();
 }
 
@@ -496,7 +567,11 @@ async fn replica_invalid_lease_config_is_an_error_not_a_panic() {
     .run(
         reconcile,
         error_policy,
-        Arc::new(Ctx { record, replica: 0 }),
+        Arc::new(Ctx {
+            record,
+            replica: 0,
+            work: Duration::ZERO,
+        }),
     )
     .collect()
     .await;

@@ -153,3 +153,66 @@ impl Fence {
         tokio::time::sleep(self.grace).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fence(state: &watch::Sender<LeaderState>, grace: Duration) -> Fence {
+        let LeaderState::Leading { since } = *state.borrow() else {
+            panic!("not leading");
+        };
+        Fence {
+            state: state.subscribe(),
+            since,
+            grace,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fence_ends_grace_after_its_leadership() {
+        let since = Instant::now();
+        let (tx, _rx) = watch::channel(LeaderState::Leading { since });
+        let grace = Duration::from_millis(250);
+        let fence = fence(&tx, grace);
+        assert!(fence.holds());
+        let ended = tokio::spawn(async move {
+            fence.ended().await;
+            Instant::now()
+        });
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert!(!ended.is_finished(), "ended while still leading");
+        let fenced = Instant::now();
+        tx.send_replace(LeaderState::Fenced);
+        assert_eq!(ended.await.unwrap() - fenced, grace);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_new_leadership_does_not_keep_an_old_fence_alive() {
+        let (tx, _rx) = watch::channel(LeaderState::Leading {
+            since: Instant::now(),
+        });
+        let fence = fence(&tx, Duration::from_millis(100));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        // Lost and won again before the fence looked: still a new term.
+        tx.send_replace(LeaderState::Leading {
+            since: Instant::now(),
+        });
+        assert!(!fence.holds());
+        let started = Instant::now();
+        fence.ended().await;
+        assert_eq!(started.elapsed(), Duration::from_millis(100));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fence_ends_when_the_elector_is_gone() {
+        let (tx, _rx) = watch::channel(LeaderState::Leading {
+            since: Instant::now(),
+        });
+        let fence = fence(&tx, Duration::from_millis(100));
+        drop(tx);
+        let started = Instant::now();
+        fence.ended().await;
+        assert_eq!(started.elapsed(), Duration::from_millis(100));
+    }
+}
