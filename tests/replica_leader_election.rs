@@ -22,10 +22,11 @@ use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use kube_client::api::PostParams;
+use kube_client::api::{Patch, PatchParams, PostParams};
 use kube_client::{Api, Client, ResourceExt};
-use kube_local_apiserver::{Endpoint, LocalApiServer};
+use kube_local_apiserver::{Endpoint, LocalApiServer, Verb};
 use kube_runtime::watcher;
+use serde_json::json;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep};
@@ -69,6 +70,8 @@ impl std::error::Error for TestError {}
 #[derive(Debug, Clone)]
 struct Run {
     key: String,
+    /// The object's resourceVersion the reconcile saw.
+    version: u64,
     replica: usize,
     start: Instant,
     end: Option<Instant>,
@@ -94,10 +97,11 @@ impl Drop for Running {
 }
 
 impl Record {
-    fn start(self: &Arc<Self>, key: String, replica: usize) -> Running {
+    fn start(self: &Arc<Self>, cm: &ConfigMap, replica: usize) -> Running {
         let mut runs = self.runs.lock().unwrap();
         runs.push(Run {
-            key,
+            key: cm.name_any(),
+            version: cm.resource_version().unwrap_or_default().parse().unwrap(),
             replica,
             start: Instant::now(),
             end: None,
@@ -172,7 +176,7 @@ struct Ctx {
 }
 
 async fn reconcile(cm: Arc<ConfigMap>, ctx: Arc<Ctx>) -> Result<Action, TestError> {
-    let _running = ctx.record.start(cm.name_any(), ctx.replica);
+    let _running = ctx.record.start(&cm, ctx.replica);
     sleep(ctx.work).await;
     Ok(Action::requeue(Duration::from_millis(20)))
 }
@@ -287,8 +291,24 @@ async fn replica_leader_crash_fails_over_within_lease_plus_retry() {
     let t = Instant::now() - Duration::from_millis(400);
     assert_eq!(record.replicas_after(t), [first.replica]);
 
+    let lists = |r: &Replica| r.endpoint.requests().of(Verb::List, "configmaps");
+    let lists_before: Vec<u64> = replicas.iter().map(lists).collect();
     replicas[first.replica].crash();
     let crashed = Instant::now();
+    // Every key changes while nobody leads.
+    let api: Api<ConfigMap> = Api::namespaced(server.client(), "default");
+    let patch = Patch::Merge(json!({ "data": { "v": "after the crash" } }));
+    let mut changed = Vec::new();
+    for i in 0..KEYS {
+        let cm = api
+            .patch(&format!("cm-{i}"), &PatchParams::default(), &patch)
+            .await
+            .unwrap();
+        changed.push((
+            cm.name_any(),
+            cm.resource_version().unwrap().parse::<u64>().unwrap(),
+        ));
+    }
     let next = record.first_start_after(crashed, Some(first.replica)).await;
     let failover = next.start - crashed;
     println!("failover after a crash: {failover:?}");
@@ -307,6 +327,21 @@ async fn replica_leader_crash_fails_over_within_lease_plus_retry() {
         holder(server.client()).await,
         Some(format!("replica-{}", next.replica))
     );
+    // The new leader reconciled every change made while nobody led, from
+    // the store it kept warm: no replica listed again.
+    let runs = record.runs();
+    for (key, version) in &changed {
+        assert!(
+            runs.iter()
+                .any(|r| r.replica == next.replica && &r.key == key && r.version >= *version),
+            "{key} at version {version} was not reconciled"
+        );
+    }
+    for (i, replica) in replicas.iter().enumerate() {
+        if i != first.replica {
+            assert_eq!(lists(replica), lists_before[i], "replica {i} listed again");
+        }
+    }
 }
 
 #[tokio::test]
