@@ -44,7 +44,7 @@
 //!
 //! | what happens | result |
 //! | --- | --- |
-//! | the leader crashes (or its elector is dropped) | a follower leads within lease duration + retry period of the last renewal it saw |
+//! | the leader crashes (or its elector is dropped) | a follower leads at most lease duration + retry period after the crash: it tries again the moment the last renewal it saw is a lease duration old, and it saw that renewal within a retry period |
 //! | the leader is cut off from the API server | it fences at its renew deadline; a follower takes over a lease duration after it saw the last renewal; back online, the old leader sees the new holder and follows |
 //! | the API server is unreachable for everyone | the leader fences; nobody leads until it is back |
 //! | graceful shutdown | the leader releases; a follower takes over at its next try |
@@ -59,7 +59,12 @@
 //! deadline) to finish before they are cancelled and their keys requeued.
 //!
 //! These rules were verified against this repository's local API server
-//! (`kube-local-apiserver`), not yet against a real cluster.
+//! (`kube-local-apiserver`), not yet against a real cluster: three
+//! replicas in one process (`tests/replica_leader_election.rs`, lease
+//! 600 ms, renew deadline 400 ms, retry 100 ms) fail over about 600 ms
+//! after a crash and about 100 ms after a release, and never reconcile at
+//! the same time, through crashes, a replica cut off from the server and
+//! wall clocks 5 s off.
 //!
 //! # Why not a crate
 //!
