@@ -13,6 +13,11 @@
 //!   programs that drive a [`WorkQueue`](crate::WorkQueue) themselves
 //!   (`queue.for_each_concurrent(n, ...)`).
 //!
+//! Several replicas of a controller coordinate through a Lease:
+//! [`Controller::leader_election`] reconciles only on the replica that
+//! leads, and [`leader`] holds the elector, usable on its own for any
+//! singleton work.
+//!
 //! # The controller
 //!
 //! [`Controller::run`] takes keys from the queue only once the reflector
@@ -67,6 +72,7 @@
 //! | `debounce` | trailing | the add is delayed; the first trigger's time wins |
 //! | `for_stream`, `owns_stream`, `watches_stream`, `reconcile_on` | behind unstable features | stable |
 //! | metrics | none | the queue's `workqueue_*` and controller-runtime's `controller_runtime_*` families (feature `prometheus`) |
+//! | leader election | none (kube-rs#485) | [`leader_election`](Controller::leader_election) on Leases, with self-fencing |
 //!
 //! kube-runtime's `Action` and `Config` keep their fields private; this
 //! controller reads them through their `Debug` text, checked by rebuilding
@@ -150,6 +156,7 @@
 
 mod adapter;
 mod controller;
+pub mod leader;
 mod triage;
 
 pub use adapter::{

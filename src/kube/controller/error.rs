@@ -8,6 +8,7 @@ use kube_runtime::reflector::ObjectRef;
 use kube_runtime::watcher;
 
 use crate::AddError;
+use crate::kube::leader::LeaseConfigError;
 
 /// The items of [`Controller::run`](super::Controller::run)'s stream:
 /// kube-runtime's own result type, so code that consumes kube-runtime's
@@ -67,6 +68,17 @@ pub enum ControllerError {
         /// The action's `Debug` text.
         action: String,
     },
+    /// The controller's [`LeaseConfig`](crate::kube::leader::LeaseConfig)
+    /// breaks client-go's rules: the controller reports this as the first
+    /// item of its stream and ends without watching or reconciling.
+    InvalidLeaseConfig(LeaseConfigError),
+    /// This replica stopped leading while the reconcile ran, and it did
+    /// not finish within the fencing grace, so it was cancelled; the key is
+    /// queued again for when this replica leads.
+    ReconcileFenced {
+        /// The object whose reconcile was cancelled.
+        object: Box<ObjectRef<DynamicObject>>,
+    },
 }
 
 impl fmt::Display for ControllerError {
@@ -85,6 +97,11 @@ impl fmt::Display for ControllerError {
             ControllerError::UnreadableAction { object, action } => {
                 write!(f, "could not read the action for {object}: {action}")
             }
+            ControllerError::InvalidLeaseConfig(e) => write!(f, "leader election: {e}"),
+            ControllerError::ReconcileFenced { object } => write!(
+                f,
+                "reconcile of {object} cancelled: this replica stopped leading"
+            ),
         }
     }
 }
@@ -94,6 +111,7 @@ impl std::error::Error for ControllerError {
         match self {
             ControllerError::Watcher(e) => Some(e),
             ControllerError::RequeueRefused { error, .. } => Some(error),
+            ControllerError::InvalidLeaseConfig(error) => Some(error),
             _ => None,
         }
     }

@@ -1,6 +1,7 @@
 //! [`Controller`]: kube-runtime's controller, on this crate's queue.
 
 mod error;
+mod leadership;
 #[cfg(feature = "prometheus")]
 pub(crate) mod metrics;
 mod run;
@@ -26,10 +27,12 @@ use serde::de::DeserializeOwned;
 pub use error::{ControllerError, RunResult};
 pub use run::Runner;
 
+use self::leadership::Leadership;
 use self::run::{PartitionFn, Settings, Work};
 use self::triggers::TriggerStream;
 use crate::Builder;
 use crate::kube::WatchPriorities;
+use crate::kube::leader::LeaderElection;
 use crate::ordering::{Ordering, Priorities};
 
 /// How many reconciles run at once unless [`Controller::concurrency`] says
@@ -88,6 +91,7 @@ where
     debounce: Duration,
     reconcile_timeout: Option<Duration>,
     partition: Option<(usize, PartitionFn<ObjectRef<K>>)>,
+    leader: Option<LeaderElection>,
     #[cfg(feature = "prometheus")]
     metrics: Option<crate::metrics::prometheus::ControllerMetrics>,
 }
@@ -206,6 +210,7 @@ where
             debounce: Duration::ZERO,
             reconcile_timeout: None,
             partition: None,
+            leader: None,
             #[cfg(feature = "prometheus")]
             metrics: None,
         }
@@ -536,6 +541,7 @@ where
             debounce: self.debounce,
             reconcile_timeout: self.reconcile_timeout,
             partition: self.partition,
+            leader: self.leader,
             #[cfg(feature = "prometheus")]
             metrics: self.metrics,
         }
@@ -581,6 +587,52 @@ where
         f: impl Fn(&ObjectRef<K>) -> usize + Send + Sync + 'static,
     ) -> Self {
         self.partition = Some((n.max(1), Arc::new(f)));
+        self
+    }
+
+    /// Runs as one of several replicas, reconciling only while this one
+    /// leads `election`'s Lease (see [`crate::kube::leader`] for the rules
+    /// and failure semantics).
+    ///
+    /// Every replica watches and keeps its store warm, and queues keys as
+    /// usual; only the leader takes keys from the queue, so a new leader
+    /// starts at once, without a re-list. When leadership ends (lost, or
+    /// not renewed by the renew deadline), no reconcile starts any more and
+    /// those in flight get [`LeaseConfig::fencing_grace`] (half of lease
+    /// duration minus renew deadline) to finish before they are cancelled,
+    /// reported as [`ControllerError::ReconcileFenced`] and their keys
+    /// queued again. When the stream ends (a shutdown, or every trigger
+    /// ended) the lease is released, so another replica takes over at its
+    /// next try; a follower ends without reconciling its queued keys (they
+    /// are the leader's). Dropping the stream releases nothing, as a crash.
+    ///
+    /// The elector starts at the stream's first poll. A config that breaks
+    /// client-go's rules ([`LeaseConfig::validate`]) is reported as the
+    /// stream's only item, [`ControllerError::InvalidLeaseConfig`] in the
+    /// `QueueError` slot, and the stream ends; validate the config first to
+    /// catch it earlier.
+    ///
+    /// ```no_run
+    /// # async fn example(client: kube_client::Client) {
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// use kube_client::Api;
+    /// use kube_runtime::watcher;
+    /// use tokio_workqueue::kube::Controller;
+    /// use tokio_workqueue::kube::leader::{LeaderElection, LeaseConfig};
+    ///
+    /// let config = LeaseConfig::new("configmap-controller", "default", "pod-a");
+    /// config.validate().expect("client-go's timing rules");
+    /// let controller = Controller::new(Api::<ConfigMap>::all(client.clone()), watcher::Config::default())
+    ///     .leader_election(LeaderElection::new(client, config));
+    /// # drop(controller);
+    /// # }
+    /// ```
+    ///
+    /// [`LeaseConfig::fencing_grace`]: crate::kube::leader::LeaseConfig::fencing_grace
+    /// [`LeaseConfig::validate`]: crate::kube::leader::LeaseConfig::validate
+    #[must_use]
+    pub fn leader_election(mut self, election: LeaderElection) -> Self {
+        self.leader = Some(election);
         self
     }
 
@@ -639,7 +691,7 @@ where
             #[cfg(feature = "prometheus")]
             metrics,
         };
-        Runner::new(
+        let runner = Runner::new(
             triggers,
             work,
             self.reader,
@@ -649,7 +701,14 @@ where
             reconciler,
             error_policy,
             context,
-        )
+        );
+        match self.leader {
+            None => runner,
+            Some(election) => match election.config().validate() {
+                Ok(()) => runner.with_leadership(Leadership::new(election)),
+                Err(e) => runner.failed(ControllerError::InvalidLeaseConfig(e)),
+            },
+        }
     }
 }
 

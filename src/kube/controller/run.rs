@@ -34,6 +34,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::error::{ControllerError, RunResult};
+use super::leadership::{Fence, Leadership};
 use super::settings::requeue_after;
 use super::triggers::{Trigger, TriggerStream};
 use crate::kube::WatchPriorities;
@@ -140,6 +141,9 @@ enum Outcome<E> {
     TimedOut(Duration),
     /// The task was cancelled (its runtime is shutting down).
     Cancelled,
+    /// Cancelled after the leadership it started under ended and the
+    /// fencing grace ran out.
+    Fenced,
 }
 
 /// A reconcile that ended, with the lease on its key.
@@ -194,6 +198,8 @@ where
     graceful: Option<BoxFuture<'static, ()>>,
     forceful: Option<BoxFuture<'static, ()>>,
     phase: Phase,
+    /// Reconciles start only while this replica leads.
+    leader: Option<Leadership>,
     settings: Settings,
     reconciler: Rec,
     error_policy: Pol,
@@ -284,11 +290,25 @@ where
             graceful,
             forceful,
             phase: Phase::Running,
+            leader: None,
             settings,
             reconciler,
             error_policy,
             context,
         }
+    }
+
+    /// Reconciles start only while `leadership` says this replica leads.
+    pub(crate) fn with_leadership(mut self, leadership: Leadership) -> Self {
+        self.leader = Some(leadership);
+        self
+    }
+
+    /// Reports `error` and ends: the controller could not start.
+    pub(crate) fn failed(mut self, error: ControllerError) -> Self {
+        self.out.push_back(Err(Error::QueueError(error)));
+        self.shut_down(Phase::Stopping);
+        self
     }
 
     /// Stops taking triggers; `stop` also stops taking keys.
@@ -376,6 +396,10 @@ where
             tracing::debug!("store is ready, starting reconciles");
             self.ready = None;
         }
+        // A follower keeps its keys queued for when it leads.
+        if self.leader.as_ref().is_some_and(|l| !l.leading()) {
+            return false;
+        }
         let mut started = false;
         for source in 0..self.pulls.len() {
             loop {
@@ -426,10 +450,11 @@ where
             }))
         };
         let timeout = self.settings.reconcile_timeout;
+        let fence = self.leader.as_ref().and_then(Leadership::fence);
         let finished: BoxFuture<'static, Finished<K, O, Fut::Error>> = match made {
             Ok(future) => {
                 let mut task = AbortOnDrop(tokio::spawn(
-                    run_one(TryFutureExt::into_future(future), timeout).instrument(span),
+                    run_one(TryFutureExt::into_future(future), timeout, fence).instrument(span),
                 ));
                 async move {
                     let (outcome, took) = match (&mut task.0).await {
@@ -540,6 +565,17 @@ where
                 self.retry_failed(item, &key);
                 return;
             }
+            Outcome::Fenced => {
+                tracing::warn!(object.ref = %key, "reconcile cancelled: no longer leading");
+                // Not the key's fault: back in the queue as it was, for
+                // when this replica leads again.
+                if let Err(error) = item.requeue() {
+                    self.out.push_back(refused(key.clone(), error));
+                }
+                Err(Error::QueueError(ControllerError::ReconcileFenced {
+                    object: Box::new(key.erase()),
+                }))
+            }
         };
         self.out.push_back(report);
     }
@@ -578,7 +614,9 @@ where
             && self.in_flight.is_empty()
             && (self.phase == Phase::Stopping
                 || self.ready.is_some()
-                || self.pulls.iter().all(|p| p.ended))
+                || self.pulls.iter().all(|p| p.ended)
+                // A follower's queued keys are the leader's to reconcile.
+                || self.leader.as_ref().is_some_and(|l| !l.leading()))
     }
 }
 
@@ -590,8 +628,34 @@ fn refused<K: Resource, E>(key: ObjectRef<K>, error: AddError) -> RunResult<K, E
 }
 
 /// Runs one reconcile to its end, catching a panic and applying the
+/// timeout and the fence: a reconcile started under a leadership is
+/// dropped the fencing grace after that leadership ends.
+async fn run_one<F, E>(
+    future: F,
+    timeout: Option<Duration>,
+    fence: Option<Fence>,
+) -> (Outcome<E>, Duration)
+where
+    F: std::future::Future<Output = Result<Action, E>>,
+{
+    let Some(fence) = fence else {
+        return run_timed(future, timeout).await;
+    };
+    if !fence.holds() {
+        return (Outcome::Fenced, Duration::ZERO);
+    }
+    let started = Instant::now();
+    let work = std::pin::pin!(run_timed(future, timeout));
+    let ended = std::pin::pin!(fence.ended());
+    match future::select(work, ended).await {
+        future::Either::Left((done, _)) => done,
+        future::Either::Right(((), _)) => (Outcome::Fenced, started.elapsed()),
+    }
+}
+
+/// Runs one reconcile to its end, catching a panic and applying the
 /// timeout.
-async fn run_one<F, E>(future: F, timeout: Option<Duration>) -> (Outcome<E>, Duration)
+async fn run_timed<F, E>(future: F, timeout: Option<Duration>) -> (Outcome<E>, Duration)
 where
     F: std::future::Future<Output = Result<Action, E>>,
 {
@@ -620,7 +684,9 @@ fn outcome_label<E>(outcome: &Outcome<E>) -> super::metrics::Result {
             Ok(Some(_)) => R::RequeueAfter,
             Err(_) => R::Error,
         },
-        Outcome::Done(Err(_)) | Outcome::TimedOut(_) | Outcome::Cancelled => R::Error,
+        Outcome::Done(Err(_)) | Outcome::TimedOut(_) | Outcome::Cancelled | Outcome::Fenced => {
+            R::Error
+        }
         Outcome::Panicked(_) => R::Panic,
     }
 }
@@ -640,6 +706,9 @@ where
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = &mut *self;
+        if let Some(leader) = &mut this.leader {
+            leader.poll(cx);
+        }
         this.poll_signals(cx);
         let triggers_left = this.poll_triggers(cx);
         if triggers_left {
@@ -671,6 +740,12 @@ where
             return Poll::Ready(Some(item));
         }
         if this.finished() {
+            // Hand the lease over before ending, so failover is immediate.
+            if let Some(leader) = &mut this.leader
+                && leader.poll_release(cx).is_pending()
+            {
+                return Poll::Pending;
+            }
             return Poll::Ready(None);
         }
         Poll::Pending
