@@ -1,5 +1,6 @@
 //! The benchmark workloads of `shared/bench/WORKLOADS.md` (W1..W7, and C1
-//! with the `kube` feature), run
+//! with the `kube` feature, on the local API server and, as C1-real, on a
+//! real kube-apiserver from `kube-test-cluster`), run
 //! side by side against this crate and two baselines in one process:
 //!
 //! - `mpsc`: `tokio::sync::mpsc::unbounded_channel`, consumers sharing the
@@ -1628,7 +1629,7 @@ fn main() {
     #[cfg(not(feature = "kube"))]
     if cfg.wants("C1") {
         eprintln!(
-            "C1 skipped: it needs the `kube` feature (cargo bench --bench workloads --features prometheus,kube)"
+            "C1 and C1-real skipped: they need the `kube` feature (cargo bench --bench workloads --features prometheus,kube)"
         );
     }
 

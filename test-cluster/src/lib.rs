@@ -68,3 +68,17 @@ pub const KUBERNETES_VERSION: &str = real::KUBERNETES_VERSION;
 pub fn real_cluster() -> &'static RealCluster {
     real::cluster()
 }
+
+/// Like [`real_cluster`], but says why the cluster is not available
+/// instead of panicking, for a caller that can go on without it (the
+/// benchmark's C1-real prints the reason and runs the rest).
+///
+/// ```no_run
+/// match kube_test_cluster::try_real_cluster() {
+///     Ok(cluster) => println!("kube-apiserver {} at {}", cluster.version(), cluster.server()),
+///     Err(why) => eprintln!("no real cluster: {why}"),
+/// }
+/// ```
+pub fn try_real_cluster() -> Result<&'static RealCluster, String> {
+    real::try_cluster()
+}

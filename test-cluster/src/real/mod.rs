@@ -78,11 +78,16 @@ impl RealCluster {
 /// cluster that would not start) is kept and reported to every test that
 /// asks, rather than retried by each.
 pub(crate) fn cluster() -> &'static RealCluster {
+    try_cluster().unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The cluster, started on first use, or why it is not available.
+pub(crate) fn try_cluster() -> Result<&'static RealCluster, String> {
     static CLUSTER: OnceLock<Result<RealCluster, String>> = OnceLock::new();
-    match CLUSTER.get_or_init(start) {
-        Ok(cluster) => cluster,
-        Err(e) => panic!("the real test cluster is not available: {e}"),
-    }
+    CLUSTER
+        .get_or_init(start)
+        .as_ref()
+        .map_err(|e| format!("the real test cluster is not available: {e}"))
 }
 
 fn start() -> Result<RealCluster, String> {
