@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::hash::Hash;
+#[cfg(feature = "kube")]
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -150,6 +151,9 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, O: Ordering<K>> Builder<K, O>
     }
 }
 
+// The controller (feature `kube`) is what reads a builder's name and splits
+// it into partitions.
+#[cfg(feature = "kube")]
 impl<K, O> Builder<K, O> {
     /// The name given to [`name`](Self::name) (empty by default).
     pub(crate) fn get_name(&self) -> &str {
@@ -157,6 +161,7 @@ impl<K, O> Builder<K, O> {
     }
 }
 
+#[cfg(feature = "kube")]
 impl<K: Clone + Eq + Hash + Send + Sync + 'static, O: Ordering<K> + Clone> Builder<K, O> {
     /// `n` builders for the partitions of one queue: they share this one's
     /// rate limiter, metrics hook and throttle, keep its starvation bound,
