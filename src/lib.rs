@@ -27,6 +27,11 @@
 //!   node) to one spawned task, so related keys are handled in order.
 //! - **Metrics** through a [hook](metrics::MetricsHook), and with the
 //!   `prometheus` feature, the families Go controllers export.
+//! - **Kubernetes controllers** (feature `kube`): `kube::Controller`, a
+//!   drop-in for kube-runtime's controller on this queue (priorities for
+//!   initial lists and re-lists, per-key backoff, metrics, timeouts,
+//!   partitions, orderings), leader election on Leases (`kube::leader`),
+//!   and a watcher adapter for queues you drive yourself.
 //!
 //! # Semantics
 //! 1. Fair: keys come out in the order they became ready (FIFO within a
