@@ -55,11 +55,12 @@
 //!   any of them (no conversion beyond `apiVersion`).
 //! * **Create** (POST): `generateName`, 409 AlreadyExists, 404 for a
 //!   missing namespace (create it through the API, or with
-//!   [`LocalApiServer::create_namespace`]), 403 in a terminating one, 400
-//!   for a body with a resourceVersion; the server sets `uid`,
-//!   `creationTimestamp`, `resourceVersion` and, for kinds that keep it,
-//!   `generation: 1`; names, labels, annotations, finalizers and
-//!   ownerReferences are validated (422 Invalid).
+//!   [`LocalApiServer::create_namespace`]), 403 in a terminating one, 500
+//!   with no reason for a body with a resourceVersion (the real server's
+//!   etcd3 store error, which its registry does not map to a 4xx); the
+//!   server sets `uid`, `creationTimestamp`, `resourceVersion` and, for
+//!   kinds that keep it, `generation: 1`; names, labels, annotations,
+//!   finalizers and ownerReferences are validated (422 Invalid).
 //! * **Get** (404 NotFound as a `Status`), **list** with `resourceVersion`
 //!   in the list metadata, `limit`/`continue` pagination (consistent at the
 //!   first page's version, 410 once that is compacted), `resourceVersion`
