@@ -74,9 +74,10 @@
 //!   `sendInitialEvents=true` (the current state, then a `BOOKMARK`
 //!   annotated `k8s.io/initial-events-end`), `allowWatchBookmarks`,
 //!   `timeoutSeconds` (a clean end), selectors applied to every event (an
-//!   object that stops matching is sent as `DELETED`, one that starts
-//!   matching as `ADDED`), and 410 Gone as an `ERROR` event (`Status` code
-//!   410, reason `Expired`) for a compacted version.
+//!   object that stops matching is sent as `DELETED`, carrying its last
+//!   matching state at the version of the change, as the watch cache does;
+//!   one that starts matching as `ADDED`), and 410 Gone as an `ERROR`
+//!   event (`Status` code 410, reason `Expired`) for a compacted version.
 //! * **Replace** (PUT): 409 Conflict for a stale `metadata.resourceVersion`,
 //!   unconditional without one (except for Leases, CRDs and custom
 //!   resources: 422);

@@ -39,6 +39,7 @@ checks!(
     secrets_string_data,
     pagination_is_consistent,
     label_and_field_selectors,
+    watch_selectors_turn_transitions_into_added_and_deleted,
     pods_by_their_own_field_selectors,
     watch_from_a_resource_version,
     kube_runtime_watcher_follows_changes,
@@ -91,9 +92,6 @@ differences!(
     patches_of_every_type:
         "a strategic merge patch of metadata.finalizers orders the merged list as apimachinery does (the patch's new items first where nothing anchors them); the local server appends",
         seen as r#"left: ["example.com/y", "example.com/x"]"#,
-    watch_selectors_turn_transitions_into_added_and_deleted:
-        "an object that stops matching a watch's label selector is sent as DELETED with its last matching state and the new resourceVersion; the local server sends its new state",
-        seen as r#"("DELETED", "transit", Some("3"))"#,
 );
 
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
