@@ -89,8 +89,9 @@
 //!   the Go library, which kube-runtime's `finalizer` helper relies on),
 //!   strategic merge patch (lists merged by their merge key for the usual
 //!   fields: containers, env, volumes, ports, conditions, ownerReferences,
-//!   finalizers as a set; directives `$patch`, `$deleteFromPrimitiveList`,
-//!   `$setElementOrder`; 415 for custom resources) and server-side apply
+//!   finalizers as a set, ordered as apimachinery orders it: the patch's
+//!   new items first where no shared item anchors them; directives
+//!   `$patch`, `$deleteFromPrimitiveList`, `$setElementOrder`; 415 for custom resources) and server-side apply
 //!   (create or merge; see below). A resourceVersion in a patch is a
 //!   precondition (409).
 //! * **Status subresource** (custom resources that declare it,
@@ -141,6 +142,9 @@
 //!   configurations included, not YAML.
 //! * The strategic merge patch knows merge keys by field name only (the
 //!   common fields listed above), not from each type's schema.
+//!   `$setElementOrder` is accepted and not used: a merged set of
+//!   primitives (finalizers) is ordered by the patch's own list, not by a
+//!   `$setElementOrder` the patch carries for it.
 //! * `/status` writes change only `.status` for every kind (some built-in
 //!   kinds also let status writes change a few other fields).
 //! * Bookmarks only when a test calls [`LocalApiServer::bookmark`] (and the

@@ -254,10 +254,27 @@ pub async fn patches_of_every_type(client: Client, ns: &str) {
         )
         .await
         .expect("strategic merge patch of finalizers");
+    // A set, ordered as apimachinery's strategic merge orders it: the
+    // patch's new item first where no shared item anchors it.
     assert_eq!(
         strategic.finalizers(),
-        ["example.com/x", "example.com/y"],
+        ["example.com/y", "example.com/x"],
         "finalizers merge as a set"
+    );
+    let strategic = api
+        .patch(
+            "patched",
+            &pp,
+            &Patch::Strategic(
+                json!({ "metadata": { "finalizers": ["example.com/x", "example.com/w"] } }),
+            ),
+        )
+        .await
+        .expect("strategic merge patch of finalizers");
+    assert_eq!(
+        strategic.finalizers(),
+        ["example.com/y", "example.com/x", "example.com/w"],
+        "a shared finalizer anchors the order"
     );
     api.patch(
         "patched",
