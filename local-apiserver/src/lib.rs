@@ -55,11 +55,12 @@
 //!   any of them (no conversion beyond `apiVersion`).
 //! * **Create** (POST): `generateName`, 409 AlreadyExists, 404 for a
 //!   missing namespace (create it through the API, or with
-//!   [`LocalApiServer::create_namespace`]), 403 in a terminating one, 400
-//!   for a body with a resourceVersion; the server sets `uid`,
-//!   `creationTimestamp`, `resourceVersion` and, for kinds that keep it,
-//!   `generation: 1`; names, labels, annotations, finalizers and
-//!   ownerReferences are validated (422 Invalid).
+//!   [`LocalApiServer::create_namespace`]), 403 in a terminating one, 500
+//!   with no reason for a body with a resourceVersion (the real server's
+//!   etcd3 store error, which its registry does not map to a 4xx); the
+//!   server sets `uid`, `creationTimestamp`, `resourceVersion` and, for
+//!   kinds that keep it, `generation: 1`; names, labels, annotations,
+//!   finalizers and ownerReferences are validated (422 Invalid).
 //! * **Get** (404 NotFound as a `Status`), **list** with `resourceVersion`
 //!   in the list metadata, `limit`/`continue` pagination (consistent at the
 //!   first page's version, 410 once that is compacted), `resourceVersion`
@@ -73,9 +74,10 @@
 //!   `sendInitialEvents=true` (the current state, then a `BOOKMARK`
 //!   annotated `k8s.io/initial-events-end`), `allowWatchBookmarks`,
 //!   `timeoutSeconds` (a clean end), selectors applied to every event (an
-//!   object that stops matching is sent as `DELETED`, one that starts
-//!   matching as `ADDED`), and 410 Gone as an `ERROR` event (`Status` code
-//!   410, reason `Expired`) for a compacted version.
+//!   object that stops matching is sent as `DELETED`, carrying its last
+//!   matching state at the version of the change, as the watch cache does;
+//!   one that starts matching as `ADDED`), and 410 Gone as an `ERROR`
+//!   event (`Status` code 410, reason `Expired`) for a compacted version.
 //! * **Replace** (PUT): 409 Conflict for a stale `metadata.resourceVersion`,
 //!   unconditional without one (except for Leases, CRDs and custom
 //!   resources: 422);
@@ -87,8 +89,9 @@
 //!   the Go library, which kube-runtime's `finalizer` helper relies on),
 //!   strategic merge patch (lists merged by their merge key for the usual
 //!   fields: containers, env, volumes, ports, conditions, ownerReferences,
-//!   finalizers as a set; directives `$patch`, `$deleteFromPrimitiveList`,
-//!   `$setElementOrder`; 415 for custom resources) and server-side apply
+//!   finalizers as a set, ordered as apimachinery orders it: the patch's
+//!   new items first where no shared item anchors them; directives
+//!   `$patch`, `$deleteFromPrimitiveList`, `$setElementOrder`; 415 for custom resources) and server-side apply
 //!   (create or merge; see below). A resourceVersion in a patch is a
 //!   precondition (409).
 //! * **Status subresource** (custom resources that declare it,
@@ -139,6 +142,9 @@
 //!   configurations included, not YAML.
 //! * The strategic merge patch knows merge keys by field name only (the
 //!   common fields listed above), not from each type's schema.
+//!   `$setElementOrder` is accepted and not used: a merged set of
+//!   primitives (finalizers) is ordered by the patch's own list, not by a
+//!   `$setElementOrder` the patch carries for it.
 //! * `/status` writes change only `.status` for every kind (some built-in
 //!   kinds also let status writes change a few other fields).
 //! * Bookmarks only when a test calls [`LocalApiServer::bookmark`] (and the

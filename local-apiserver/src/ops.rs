@@ -78,7 +78,9 @@ impl Store {
     ) -> Result<Arc<Value>, ApiError> {
         check_type(kind, &mut body)?;
         if resource_version(&body).is_some() {
-            return Err(ApiError::bad_request(
+            // A real kube-apiserver's etcd3 store refuses this with an error
+            // its registry does not map to a 4xx: a 500 with no reason.
+            return Err(ApiError::internal(
                 "resourceVersion should not be set on objects to be created",
             ));
         }

@@ -187,9 +187,45 @@ fn merge_map(doc: &mut Value, patch: &Value, apply: bool) {
     }
 }
 
+/// Merges a strategic patch's set of primitives into the live one in the
+/// order apimachinery's strategic merge gives: each list keeps its own
+/// order, and a live item not in the patch goes before a patch item only
+/// when both are in the live list and it comes first there; otherwise the
+/// patch's item goes first (so new items lead, and shared items anchor
+/// the live items around them).
+fn merge_ordered_set(live: &[Value], patch: &[Value]) -> Vec<Value> {
+    let mut from_patch: Vec<&Value> = Vec::new();
+    for v in patch {
+        if !from_patch.contains(&v) {
+            from_patch.push(v);
+        }
+    }
+    let live_only: Vec<&Value> = live.iter().filter(|v| !from_patch.contains(v)).collect();
+    let live_at = |v: &Value| live.iter().position(|x| x == v);
+    let (mut l, mut p) = (live_only.iter().peekable(), from_patch.iter().peekable());
+    let mut out = Vec::with_capacity(live_only.len() + from_patch.len());
+    loop {
+        let take_live = match (l.peek(), p.peek()) {
+            (None, None) => break,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (Some(a), Some(b)) => matches!(
+                (live_at(a), live_at(b)),
+                (Some(i), Some(j)) if i < j
+            ),
+        };
+        let next = if take_live { l.next() } else { p.next() };
+        out.push((*next.expect("peeked")).clone());
+    }
+    out
+}
+
 /// Merges list `patch` into list `live` by `key` (`""`: a set of
 /// primitives).
 fn merge_list(live: &[Value], patch: &[Value], key: &str, apply: bool) -> Vec<Value> {
+    if key.is_empty() && !apply {
+        return merge_ordered_set(live, patch);
+    }
     let mut out: Vec<Value> = live.to_vec();
     if key.is_empty() {
         for v in patch {
@@ -301,6 +337,28 @@ mod tests {
         );
         assert_eq!(doc["data"], json!({ "a": "9", "b": "2" }));
         assert_eq!(doc["metadata"]["finalizers"], json!(["x", "y"]));
+    }
+
+    #[test]
+    fn strategic_merge_orders_sets_as_apimachinery() {
+        // The sequence seen on kube-apiserver v1.37.2.
+        let mut doc = json!({ "metadata": { "finalizers": [] } });
+        let steps = [
+            (json!(["a.com/x", "a.com/z"]), json!(["a.com/x", "a.com/z"])),
+            (json!(["a.com/y"]), json!(["a.com/y", "a.com/x", "a.com/z"])),
+            (
+                json!(["a.com/z", "a.com/w"]),
+                json!(["a.com/y", "a.com/x", "a.com/z", "a.com/w"]),
+            ),
+            (
+                json!(["a.com/x", "a.com/x"]),
+                json!(["a.com/y", "a.com/x", "a.com/z", "a.com/w"]),
+            ),
+        ];
+        for (patch, want) in steps {
+            strategic_merge(&mut doc, &json!({ "metadata": { "finalizers": patch } })).unwrap();
+            assert_eq!(doc["metadata"]["finalizers"], want, "after {patch}");
+        }
     }
 
     #[test]

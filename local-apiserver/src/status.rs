@@ -43,9 +43,12 @@ impl ApiError {
             "metadata": {},
             "status": "Failure",
             "message": self.message,
-            "reason": self.reason,
             "code": self.code,
         });
+        // A real kube-apiserver leaves `reason` out when it has none.
+        if !self.reason.is_empty() {
+            status["reason"] = json!(self.reason);
+        }
         if let Some(details) = &self.details {
             status["details"] = details.clone();
         }
@@ -132,6 +135,12 @@ impl ApiError {
             format!("{kind} \"{name}\" is invalid: {summary}"),
         )
         .with_details(json!({ "name": name, "group": group, "kind": kind, "causes": causes }))
+    }
+
+    /// 500 with no reason, as a real kube-apiserver answers errors its
+    /// registry does not map to a client error.
+    pub(crate) fn internal(message: impl Into<String>) -> ApiError {
+        ApiError::new(500, "", message)
     }
 
     /// 400 BadRequest.

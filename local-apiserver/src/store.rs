@@ -165,15 +165,7 @@ impl Store {
             if w.resource != change.resource {
                 return !w.tx.is_closed();
             }
-            match w.event_for(
-                &change.namespace,
-                change.ty,
-                &change.object,
-                change.prev.as_deref(),
-            ) {
-                Some(ty) => w.send_event(ty, &change.object),
-                None => !w.tx.is_closed(),
-            }
+            w.send_change(change).unwrap_or_else(|| !w.tx.is_closed())
         });
     }
 
@@ -379,14 +371,7 @@ impl Store {
                 if change.resource != sub.resource {
                     continue;
                 }
-                if let Some(ty) = sub.event_for(
-                    &change.namespace,
-                    change.ty,
-                    &change.object,
-                    change.prev.as_deref(),
-                ) {
-                    sub.send_event(ty, &change.object);
-                }
+                sub.send_change(change);
             }
         } else {
             let ns = sub.namespace.clone();

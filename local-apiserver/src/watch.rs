@@ -3,8 +3,9 @@
 //!
 //! A watch sees a change as the watch cache of a real apiserver shows it
 //! through its selectors: an object that starts matching arrives as
-//! `ADDED`, one that stops matching leaves as `DELETED` (carrying its new
-//! state), one that matches before and after is `MODIFIED`. Events are JSON
+//! `ADDED`, one that stops matching leaves as `DELETED` (carrying its last
+//! matching state, at the version of the change that made it leave), one
+//! that matches before and after is `MODIFIED`. Events are JSON
 //! lines queued on an unbounded channel to the connection that streams
 //! them, so a slow reader never blocks a writer.
 
@@ -112,6 +113,29 @@ impl WatchSub {
                 (true, false) => Some(EventType::Deleted),
                 (false, false) => None,
             },
+        }
+    }
+
+    /// Queues what this watch sees of `change`: `None` when it sees nothing,
+    /// else whether the watch is still there.
+    pub(crate) fn send_change(&self, change: &Change) -> Option<bool> {
+        let ty = self.event_for(
+            &change.namespace,
+            change.ty,
+            &change.object,
+            change.prev.as_deref(),
+        )?;
+        match (change.ty, ty, &change.prev) {
+            // Leaving the selector: kube-apiserver's watch cache sends the
+            // state that last matched, so a watcher never sees an object
+            // its selector excludes, at the version of the change.
+            (EventType::Modified, EventType::Deleted, Some(prev)) => {
+                let mut last = (**prev).clone();
+                last["metadata"]["resourceVersion"] =
+                    change.object["metadata"]["resourceVersion"].clone();
+                Some(self.send_event(ty, &last))
+            }
+            _ => Some(self.send_event(ty, &change.object)),
         }
     }
 
@@ -225,6 +249,38 @@ mod tests {
         assert_eq!(s.event_for("ns", Modified, &db, Some(&db)), None);
         assert_eq!(s.event_for("ns", Deleted, &web, Some(&web)), Some(Deleted));
         assert_eq!(s.event_for("other", Added, &web, None), None);
+    }
+
+    #[test]
+    fn leaving_the_selector_sends_the_last_match_at_the_new_version() {
+        let (s, mut rx) = sub("app=web");
+        let change = Change {
+            rv: 8,
+            resource: Resource {
+                group: String::new(),
+                plural: "configmaps".into(),
+            },
+            namespace: "ns".into(),
+            name: "c".into(),
+            ty: EventType::Modified,
+            object: Arc::new(json!({
+                "metadata": { "labels": { "app": "db" }, "resourceVersion": "8" },
+                "data": { "v": "new" },
+            })),
+            prev: Some(Arc::new(json!({
+                "metadata": { "labels": { "app": "web" }, "resourceVersion": "7" },
+                "data": { "v": "old" },
+            }))),
+        };
+        assert_eq!(s.send_change(&change), Some(true));
+        let WatchMsg::Line(l) = rx.try_recv().unwrap() else {
+            panic!()
+        };
+        let v: Value = serde_json::from_str(&l).unwrap();
+        assert_eq!(v["type"], "DELETED");
+        assert_eq!(v["object"]["metadata"]["labels"]["app"], "web");
+        assert_eq!(v["object"]["metadata"]["resourceVersion"], "8");
+        assert_eq!(v["object"]["data"]["v"], "old");
     }
 
     #[test]

@@ -22,6 +22,19 @@ async fn next_events<S>(stream: &mut S, n: usize) -> Vec<Seen>
 where
     S: Stream<Item = Result<WatchEvent<ConfigMap>, kube_client::Error>> + Unpin,
 {
+    next_objects(stream, n)
+        .await
+        .into_iter()
+        .map(as_seen)
+        .collect()
+}
+
+/// Reads `n` non-bookmark events from a watch as (type, object), or panics
+/// after [`LIMIT`].
+async fn next_objects<S>(stream: &mut S, n: usize) -> Vec<(&'static str, ConfigMap)>
+where
+    S: Stream<Item = Result<WatchEvent<ConfigMap>, kube_client::Error>> + Unpin,
+{
     let mut seen = Vec::new();
     let read = async {
         while seen.len() < n {
@@ -30,11 +43,10 @@ where
                 .await
                 .expect("a watch event")
                 .expect("the watch goes on");
-            let v = |cm: &ConfigMap| cm.data.as_ref().and_then(|d| d.get("v").cloned());
             match event {
-                WatchEvent::Added(cm) => seen.push(("ADDED", cm.name_any(), v(&cm))),
-                WatchEvent::Modified(cm) => seen.push(("MODIFIED", cm.name_any(), v(&cm))),
-                WatchEvent::Deleted(cm) => seen.push(("DELETED", cm.name_any(), v(&cm))),
+                WatchEvent::Added(cm) => seen.push(("ADDED", cm)),
+                WatchEvent::Modified(cm) => seen.push(("MODIFIED", cm)),
+                WatchEvent::Deleted(cm) => seen.push(("DELETED", cm)),
                 WatchEvent::Bookmark(_) => {}
                 WatchEvent::Error(e) => panic!("watch error: {e:?}"),
             }
@@ -44,6 +56,12 @@ where
         panic!("timed out waiting for {n} watch events");
     }
     seen
+}
+
+/// An event as the checks compare it.
+fn as_seen((ty, cm): (&'static str, ConfigMap)) -> Seen {
+    let v = cm.data.as_ref().and_then(|d| d.get("v").cloned());
+    (ty, cm.name_any(), v)
 }
 
 fn e(ty: &'static str, name: &str, v: Option<&str>) -> Seen {
@@ -122,7 +140,9 @@ pub async fn watch_selectors_turn_transitions_into_added_and_deleted(client: Cli
                 ),
             )
             .await
-            .expect("relabel");
+            .expect("relabel")
+            .resource_version()
+            .expect("a resourceVersion")
         }
     };
     let mut cm = configmap("transit", &[("v", "1")]);
@@ -130,19 +150,32 @@ pub async fn watch_selectors_turn_transitions_into_added_and_deleted(client: Cli
     api.create(&pp, &cm).await.unwrap();
     relabel("yes", "2").await;
     relabel("yes", "3").await;
-    relabel("no", "4").await;
+    let left_at = relabel("no", "4").await;
     relabel("no", "5").await;
     relabel("yes", "6").await;
     api.delete("transit", &DeleteParams::default())
         .await
         .unwrap();
-    let seen = next_events(&mut stream, 5).await;
+    let objects = next_objects(&mut stream, 5).await;
+    // The object leaving the selector arrives as it last matched, at the
+    // version of the change that made it leave.
+    let (_, left) = &objects[2];
+    assert_eq!(
+        (
+            left.labels().get("watched").map(String::as_str),
+            left.resource_version()
+        ),
+        (Some("yes"), Some(left_at)),
+        "the DELETED event of the object leaving the selector"
+    );
+    let seen: Vec<Seen> = objects.into_iter().map(as_seen).collect();
     assert_eq!(
         seen,
         [
             e("ADDED", "transit", Some("2")),
             e("MODIFIED", "transit", Some("3")),
-            e("DELETED", "transit", Some("4")),
+            // Leaving the selector: its last matching state (data "3").
+            e("DELETED", "transit", Some("3")),
             e("ADDED", "transit", Some("6")),
             e("DELETED", "transit", Some("6")),
         ]
