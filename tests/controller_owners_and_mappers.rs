@@ -150,10 +150,7 @@ async fn children_first_seen_before_the_store_is_ready_are_low_priority() {
     assert_eq!(starts[..2], ["o-049", "o-040"], "{starts:?}");
     // The list in its order, then o-049 again: the unchanged child came
     // while o-049 was in flight, so it went to the back of the low level.
-    let mut expected: Vec<_> = (0..49)
-        .filter(|&i| i != 40)
-        .map(|i| format!("o-{i:03}"))
-        .collect();
+    let mut expected = names("o", 0..49, &[40]);
     expected.push("o-049".to_string());
     assert_eq!(starts[2..], expected);
 }

@@ -21,15 +21,7 @@ fn done(_: &str, _: usize) -> Answer {
 #[tokio::test(start_paused = true)]
 async fn a_change_overtakes_a_thousand_object_initial_list() {
     let record = Record::new();
-    let (feed, events) = feeder();
-    let stream = Controller::for_events(events, Writer::default())
-        .concurrency(1)
-        .run(
-            record.reconciler(ms(1), done),
-            policy(Action::await_change()),
-            Arc::new(()),
-        );
-    let _run = Collected::spawn(&record, stream);
+    let (feed, _run) = one_at_a_time(&record);
 
     feed.list(cms("obj", 1000));
     advance(ms(20)).await;
@@ -60,15 +52,7 @@ async fn a_change_overtakes_a_thousand_object_initial_list() {
 #[tokio::test(start_paused = true)]
 async fn a_relist_is_low_priority_and_changes_still_go_first() {
     let record = Record::new();
-    let (feed, events) = feeder();
-    let stream = Controller::for_events(events, Writer::default())
-        .concurrency(1)
-        .run(
-            record.reconciler(ms(1), done),
-            policy(Action::await_change()),
-            Arc::new(()),
-        );
-    let _run = Collected::spawn(&record, stream);
+    let (feed, _run) = one_at_a_time(&record);
 
     let objects = cms("obj", 100);
     feed.list(objects.clone());
@@ -293,15 +277,7 @@ async fn a_key_changed_while_reconciling_is_reconciled_again_after() {
 #[tokio::test(start_paused = true)]
 async fn an_unchanged_redelivery_is_low_priority() {
     let record = Record::new();
-    let (feed, events) = feeder();
-    let stream = Controller::for_events(events, Writer::default())
-        .concurrency(1)
-        .run(
-            record.reconciler(ms(1), done),
-            policy(Action::await_change()),
-            Arc::new(()),
-        );
-    let _run = Collected::spawn(&record, stream);
+    let (feed, _run) = one_at_a_time(&record);
     let objects = cms("obj", 50);
     feed.list(objects.clone());
     advance(ms(5)).await;
@@ -315,10 +291,7 @@ async fn an_unchanged_redelivery_is_low_priority() {
     assert_eq!(starts.len(), 50);
     assert_eq!(starts[before], "obj-046");
     let rest: Vec<_> = starts[before + 1..].to_vec();
-    let expected: Vec<_> = (before..50)
-        .filter(|&i| i != 46)
-        .map(|i| format!("obj-{i:03}"))
-        .collect();
+    let expected = names("obj", before..50, &[46]);
     assert_eq!(rest, expected);
 }
 
@@ -403,10 +376,7 @@ async fn for_stream_lists_low_and_changes_normal() {
     assert_eq!(runs[before].name, "obj-040");
     assert_eq!(runs[before].rv.as_deref(), Some("2"));
     let rest: Vec<_> = runs[before + 1..].iter().map(|r| r.name.clone()).collect();
-    let expected: Vec<_> = (before..50)
-        .filter(|&i| i != 40)
-        .map(|i| format!("obj-{i:03}"))
-        .collect();
+    let expected = names("obj", before..50, &[40]);
     assert_eq!(rest, expected);
 }
 
@@ -416,15 +386,7 @@ async fn for_stream_lists_low_and_changes_normal() {
 #[tokio::test(start_paused = true)]
 async fn a_relisted_change_is_reconciled_with_the_listed_object() {
     let record = Record::new();
-    let (feed, events) = feeder();
-    let stream = Controller::for_events(events, Writer::default())
-        .concurrency(1)
-        .run(
-            record.reconciler(ms(1), done),
-            policy(Action::await_change()),
-            Arc::new(()),
-        );
-    let _run = Collected::spawn(&record, stream);
+    let (feed, _run) = one_at_a_time(&record);
     feed.list(cms("obj", 3));
     advance(Duration::from_secs(1)).await;
     assert_eq!(record.len(), 3);

@@ -620,3 +620,31 @@ pub async fn advance(d: Duration) {
 pub fn policy<Ctx>(action: Action) -> impl Fn(Arc<ConfigMap>, &TestError, Arc<Ctx>) -> Action {
     move |_, _, _| action.clone()
 }
+
+/// The names `{prefix}-000`, `{prefix}-001`, ... for `range`, leaving out
+/// the numbers in `except`: a list's expected order around the keys that
+/// went ahead of it.
+pub fn names(prefix: &str, range: std::ops::Range<usize>, except: &[usize]) -> Vec<String> {
+    range
+        .filter(|i| !except.contains(i))
+        .map(|i| format!("{prefix}-{i:03}"))
+        .collect()
+}
+
+/// A controller fed by hand-made events that reconciles one key at a time
+/// (1 ms each, always succeeding, never requeued), recorded in `record`:
+/// the feeder for its events and the collected stream.
+pub fn one_at_a_time(record: &Record) -> (Feeder<ConfigMap>, Collected) {
+    let (feed, events) = feeder();
+    let stream = tokio_workqueue::kube::Controller::for_events(
+        events,
+        kube_runtime::reflector::store::Writer::default(),
+    )
+    .concurrency(1)
+    .run(
+        record.reconciler(ms(1), |_, _| Ok(Action::await_change())),
+        policy(Action::await_change()),
+        Arc::new(()),
+    );
+    (feed, Collected::spawn(record, stream))
+}
