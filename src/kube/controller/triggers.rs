@@ -59,6 +59,27 @@ where
     store.wait_until_ready().now_or_never().is_some()
 }
 
+/// Each item of `items` becomes the triggers `triage` pushes for it; a
+/// watcher error passes through as it is.
+fn per_item<K, T, S, F>(items: S, mut triage: F) -> TriggerStream<K>
+where
+    K: Resource + 'static,
+    K::DynamicType: Send + 'static,
+    S: futures_core::Stream<Item = Result<T, watcher::Error>> + Send + 'static,
+    F: FnMut(T, &mut Vec<Result<Trigger<K>, watcher::Error>>) + Send + 'static,
+{
+    items
+        .flat_map(move |item| {
+            let mut out = Vec::new();
+            match item {
+                Ok(item) => triage(item, &mut out),
+                Err(error) => out.push(Err(error)),
+            }
+            stream::iter(out)
+        })
+        .boxed()
+}
+
 /// The main kind's events: every present object triggers its own key.
 /// Deleted objects trigger nothing, as in kube-runtime: a key whose object
 /// has left the store is not reconciled.
@@ -78,47 +99,38 @@ where
     triage.relist_deletions(false);
     // Triggers of the list in progress, held until its `InitDone`.
     let mut listed: Option<Vec<Result<Trigger<K>, watcher::Error>>> = None;
-    events
-        .flat_map(move |event| {
-            let mut out = Vec::new();
-            match event {
-                Ok(event) => {
-                    let (starts, ends) = match &event {
-                        Event::Init => (true, false),
-                        Event::InitDone => (false, true),
-                        _ => (false, false),
-                    };
-                    if starts {
-                        listed = Some(Vec::new());
-                    }
-                    let held = matches!(event, Event::InitApply(_));
-                    let sink = match (&mut listed, held) {
-                        (Some(listed), true) => listed,
-                        _ => &mut out,
-                    };
-                    triage.event(
-                        event,
-                        |object| ObjectRef::from_obj_with(object, dyntype.clone()),
-                        |key, cause| {
-                            if cause.object_exists() {
-                                sink.push(Ok(Trigger {
-                                    key,
-                                    source: Source::Watch(cause),
-                                    reason: ReconcileReason::ObjectUpdated,
-                                }));
-                            }
-                            true
-                        },
-                    );
-                    if ends {
-                        out.extend(listed.take().unwrap_or_default());
-                    }
+    per_item(events, move |event, out| {
+        let (starts, ends) = match &event {
+            Event::Init => (true, false),
+            Event::InitDone => (false, true),
+            _ => (false, false),
+        };
+        if starts {
+            listed = Some(Vec::new());
+        }
+        let held = matches!(event, Event::InitApply(_));
+        let sink = match (&mut listed, held) {
+            (Some(listed), true) => listed,
+            _ => &mut *out,
+        };
+        triage.event(
+            event,
+            |object| ObjectRef::from_obj_with(object, dyntype.clone()),
+            |key, cause| {
+                if cause.object_exists() {
+                    sink.push(Ok(Trigger {
+                        key,
+                        source: Source::Watch(cause),
+                        reason: ReconcileReason::ObjectUpdated,
+                    }));
                 }
-                Err(error) => out.push(Err(error)),
-            }
-            stream::iter(out)
-        })
-        .boxed()
+                true
+            },
+        );
+        if ends {
+            out.extend(listed.take().unwrap_or_default());
+        }
+    })
 }
 
 /// A user's stream of main objects (`for_stream`): objects seen before
@@ -177,23 +189,16 @@ where
     I: IntoIterator<Item = ObjectRef<K>>,
 {
     let mut triage = Triage::<Related<K>>::new();
-    events
-        .flat_map(move |event| {
-            let mut out = Vec::new();
-            match event {
-                Ok(event) => triage.event(
-                    event,
-                    |object| related(object, &dyntype, &mapper),
-                    |(keys, object), cause| {
-                        push_related(&mut out, keys, &object, cause);
-                        true
-                    },
-                ),
-                Err(error) => out.push(Err(error)),
-            }
-            stream::iter(out)
-        })
-        .boxed()
+    per_item(events, move |event, out| {
+        triage.event(
+            event,
+            |object| related(object, &dyntype, &mapper),
+            |(keys, object), cause| {
+                push_related(out, keys, &object, cause);
+                true
+            },
+        )
+    })
 }
 
 /// A user's stream of related objects (`owns_stream`, `watches_stream`):
@@ -214,24 +219,17 @@ where
     I: IntoIterator<Item = ObjectRef<K>>,
 {
     let mut triage = Triage::<Related<K>>::new();
-    objects
-        .flat_map(move |object| {
-            let mut out = Vec::new();
-            match object {
-                Ok(object) => triage.object(
-                    &object,
-                    !is_ready(&main_store),
-                    |object| related(object, &dyntype, &mapper),
-                    |(keys, object), cause| {
-                        push_related(&mut out, keys, &object, cause);
-                        true
-                    },
-                ),
-                Err(error) => out.push(Err(error)),
-            }
-            stream::iter(out)
-        })
-        .boxed()
+    per_item(objects, move |object, out| {
+        triage.object(
+            &object,
+            !is_ready(&main_store),
+            |object| related(object, &dyntype, &mapper),
+            |(keys, object), cause| {
+                push_related(out, keys, &object, cause);
+                true
+            },
+        )
+    })
 }
 
 fn related<K, O, M, I>(object: &O, dyntype: &O::DynamicType, mapper: &M) -> Related<K>
