@@ -157,6 +157,7 @@
 mod adapter;
 mod controller;
 pub mod leader;
+pub mod shard;
 mod triage;
 
 pub use adapter::{

@@ -72,13 +72,21 @@ pub enum ControllerError {
     /// breaks client-go's rules: the controller reports this as the first
     /// item of its stream and ends without watching or reconciling.
     InvalidLeaseConfig(LeaseConfigError),
-    /// This replica stopped leading while the reconcile ran, and it did
-    /// not finish within the fencing grace, so it was cancelled; the key is
-    /// queued again for when this replica leads.
+    /// This replica stopped leading while the reconcile ran, or (with
+    /// shards) lost the key to another replica or could not renew its
+    /// shard Lease, and the reconcile did not finish within the fencing
+    /// grace, so it was cancelled. The key is queued again: for when this
+    /// replica leads or renews again, and dropped when it comes out if
+    /// another replica owns it now.
     ReconcileFenced {
         /// The object whose reconcile was cancelled.
         object: Box<ObjectRef<DynamicObject>>,
     },
+    /// The controller was given both
+    /// [`leader_election`](super::Controller::leader_election) and
+    /// [`shards`](super::Controller::shards): one replica leads, or every
+    /// replica takes a share, not both. Reported as the stream's only item.
+    LeaderElectionWithShards,
 }
 
 impl fmt::Display for ControllerError {
@@ -100,8 +108,11 @@ impl fmt::Display for ControllerError {
             ControllerError::InvalidLeaseConfig(e) => write!(f, "leader election: {e}"),
             ControllerError::ReconcileFenced { object } => write!(
                 f,
-                "reconcile of {object} cancelled: this replica stopped leading"
+                "reconcile of {object} cancelled: this replica stopped leading or lost the key's shard"
             ),
+            ControllerError::LeaderElectionWithShards => {
+                f.write_str("a controller takes leader election or shards, not both")
+            }
         }
     }
 }

@@ -6,6 +6,7 @@ mod leadership;
 pub(crate) mod metrics;
 mod run;
 mod settings;
+mod sharding;
 mod triggers;
 
 use std::fmt::{self, Debug};
@@ -29,10 +30,12 @@ pub use run::Runner;
 
 use self::leadership::Leadership;
 use self::run::{PartitionFn, Settings, Work};
+use self::sharding::Sharding;
 use self::triggers::TriggerStream;
 use crate::Builder;
 use crate::kube::WatchPriorities;
 use crate::kube::leader::LeaderElection;
+use crate::kube::shard::Shards;
 use crate::ordering::{Ordering, Priorities};
 
 /// How many reconciles run at once unless [`Controller::concurrency`] says
@@ -92,6 +95,7 @@ where
     reconcile_timeout: Option<Duration>,
     partition: Option<(usize, PartitionFn<ObjectRef<K>>)>,
     leader: Option<LeaderElection>,
+    shards: Option<Shards>,
     #[cfg(feature = "prometheus")]
     metrics: Option<crate::metrics::prometheus::ControllerMetrics>,
 }
@@ -211,6 +215,7 @@ where
             reconcile_timeout: None,
             partition: None,
             leader: None,
+            shards: None,
             #[cfg(feature = "prometheus")]
             metrics: None,
         }
@@ -542,6 +547,7 @@ where
             reconcile_timeout: self.reconcile_timeout,
             partition: self.partition,
             leader: self.leader,
+            shards: self.shards,
             #[cfg(feature = "prometheus")]
             metrics: self.metrics,
         }
@@ -636,6 +642,54 @@ where
         self
     }
 
+    /// Runs as one member of a shard group: this replica queues and
+    /// reconciles only the keys the group's membership gives it, and takes
+    /// a key over from another replica only once that one acknowledged the
+    /// change with nothing of the key in flight, or its Lease expired (see
+    /// [`crate::kube::shard`] for the protocol and failure semantics).
+    ///
+    /// Every replica watches every object and keeps its store warm, so a
+    /// key gained needs no re-list; gained keys are queued at the priority
+    /// of re-listed objects, behind live changes. A reconcile of a key this
+    /// replica lost, or of any key once it could not renew its Lease by the
+    /// renew deadline, gets [`ShardConfig::fencing_grace`] to finish before
+    /// it is cancelled and reported as
+    /// [`ControllerError::ReconcileFenced`]. When the stream ends (a
+    /// shutdown, or every trigger ended) the replica deletes its Lease, so
+    /// the others take its keys at their next read; dropping the stream
+    /// deletes nothing, as a crash.
+    ///
+    /// The membership starts at the stream's first poll. A config that
+    /// breaks the rules ([`ShardConfig::validate`]) is reported as the
+    /// stream's only item, [`ControllerError::InvalidLeaseConfig`], and the
+    /// stream ends; so does a controller given both shards and
+    /// [`leader_election`](Self::leader_election)
+    /// ([`ControllerError::LeaderElectionWithShards`]).
+    ///
+    /// ```no_run
+    /// # async fn example(client: kube_client::Client) {
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// use kube_client::Api;
+    /// use kube_runtime::watcher;
+    /// use tokio_workqueue::kube::Controller;
+    /// use tokio_workqueue::kube::shard::{ShardConfig, Shards};
+    ///
+    /// let config = ShardConfig::new("configmap-controller", "default", "pod-a");
+    /// config.validate().expect("a valid shard config");
+    /// let controller = Controller::new(Api::<ConfigMap>::all(client.clone()), watcher::Config::default())
+    ///     .shards(Shards::new(client, config));
+    /// # drop(controller);
+    /// # }
+    /// ```
+    ///
+    /// [`ShardConfig::fencing_grace`]: crate::kube::shard::ShardConfig::fencing_grace
+    /// [`ShardConfig::validate`]: crate::kube::shard::ShardConfig::validate
+    #[must_use]
+    pub fn shards(mut self, shards: Shards) -> Self {
+        self.shards = Some(shards);
+        self
+    }
+
     /// Records controller-runtime's controller metrics
     /// (`controller_runtime_reconcile_total` and the rest) in `metrics`,
     /// labelled with the queue's name. The queue's own `workqueue_*` families
@@ -702,10 +756,15 @@ where
             error_policy,
             context,
         );
-        match self.leader {
-            None => runner,
-            Some(election) => match election.config().validate() {
+        match (self.leader, self.shards) {
+            (None, None) => runner,
+            (Some(_), Some(_)) => runner.failed(ControllerError::LeaderElectionWithShards),
+            (Some(election), None) => match election.config().validate() {
                 Ok(()) => runner.with_leadership(Leadership::new(election)),
+                Err(e) => runner.failed(ControllerError::InvalidLeaseConfig(e)),
+            },
+            (None, Some(shards)) => match shards.config().validate() {
+                Ok(()) => runner.with_shards(Sharding::new(shards, self.dyntype.clone())),
                 Err(e) => runner.failed(ControllerError::InvalidLeaseConfig(e)),
             },
         }

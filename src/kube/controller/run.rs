@@ -31,11 +31,13 @@ use kube_runtime::controller::{Action, Error, ReconcileReason};
 use kube_runtime::reflector::{ObjectRef, Store};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::error::{ControllerError, RunResult};
 use super::leadership::{Fence, Leadership};
 use super::settings::requeue_after;
+use super::sharding::{Check, Sharding};
 use super::triggers::{Trigger, TriggerStream};
 use crate::kube::WatchPriorities;
 use crate::ordering::Ordering;
@@ -200,6 +202,8 @@ where
     phase: Phase,
     /// Reconciles start only while this replica leads.
     leader: Option<Leadership>,
+    /// Only this replica's keys are queued and reconciled.
+    shards: Option<Sharding<K>>,
     settings: Settings,
     reconciler: Rec,
     error_policy: Pol,
@@ -291,6 +295,7 @@ where
             forceful,
             phase: Phase::Running,
             leader: None,
+            shards: None,
             settings,
             reconciler,
             error_policy,
@@ -301,6 +306,12 @@ where
     /// Reconciles start only while `leadership` says this replica leads.
     pub(crate) fn with_leadership(mut self, leadership: Leadership) -> Self {
         self.leader = Some(leadership);
+        self
+    }
+
+    /// Queues and reconciles only the keys `shards` gives this replica.
+    pub(crate) fn with_shards(mut self, shards: Sharding<K>) -> Self {
+        self.shards = Some(shards);
         self
     }
 
@@ -336,6 +347,30 @@ where
         }
     }
 
+    /// Follows the shard view: keys gained and cleared are queued at the
+    /// priority of re-listed objects, behind live changes.
+    fn poll_shards(&mut self, cx: &mut Context<'_>) {
+        let Some(shards) = &mut self.shards else {
+            return;
+        };
+        let old = shards.members();
+        if !shards.poll(cx).view {
+            return;
+        }
+        let cleared = shards.reshard(&old, &self.store);
+        let opts = AddOpts::default().priority(self.settings.priorities.unchanged);
+        for key in cleared {
+            if self.work.add_with(key.clone(), opts).is_ok() {
+                self.reasons.entry(key).or_insert((
+                    ReconcileReason::Custom {
+                        reason: "gained in a shard hand-over".to_string(),
+                    },
+                    false,
+                ));
+            }
+        }
+    }
+
     /// Turns pending triggers into adds; tells whether it stopped early
     /// with triggers left.
     fn poll_triggers(&mut self, cx: &mut Context<'_>) -> bool {
@@ -368,6 +403,10 @@ where
             source,
             reason,
         } = trigger;
+        // Another replica's key: its owner has the same trigger.
+        if self.shards.as_ref().is_some_and(|s| !s.owns(&key)) {
+            return;
+        }
         let opts = AddOpts::default()
             .priority(source.priority(&self.settings.priorities))
             .after(self.settings.debounce);
@@ -400,6 +439,10 @@ where
         if self.leader.as_ref().is_some_and(|l| !l.leading()) {
             return false;
         }
+        // A fenced replica keeps its keys queued for when it renews.
+        if self.shards.as_ref().is_some_and(Sharding::fenced) {
+            return false;
+        }
         let mut started = false;
         for source in 0..self.pulls.len() {
             loop {
@@ -411,6 +454,20 @@ where
                     Poll::Pending => break,
                     Poll::Ready(None) => pull.ended = true,
                     Poll::Ready(Some(item)) => {
+                        if let Some(shards) = &mut self.shards {
+                            match shards.check(item.key()) {
+                                Check::Start => {}
+                                Check::NotOurs => {
+                                    // Its new owner reconciles it.
+                                    self.reasons.remove(item.key());
+                                    item.forget();
+                                    continue;
+                                }
+                                // Queued again once cleared.
+                                Check::Parked => continue,
+                            }
+                        }
+                        let pull = &mut self.pulls[source];
                         pull.in_flight += 1;
                         self.start(source, item);
                         started = true;
@@ -451,10 +508,12 @@ where
         };
         let timeout = self.settings.reconcile_timeout;
         let fence = self.leader.as_ref().and_then(Leadership::fence);
+        let cancel = self.shards.as_mut().map(|s| s.started(&key));
         let finished: BoxFuture<'static, Finished<K, O, Fut::Error>> = match made {
             Ok(future) => {
                 let mut task = AbortOnDrop(tokio::spawn(
-                    run_one(TryFutureExt::into_future(future), timeout, fence).instrument(span),
+                    run_one(TryFutureExt::into_future(future), timeout, fence, cancel)
+                        .instrument(span),
                 ));
                 async move {
                     let (outcome, took) = match (&mut task.0).await {
@@ -499,6 +558,9 @@ where
         } = finished;
         self.pulls[source].in_flight -= 1;
         let key = item.key().clone();
+        if let Some(shards) = &mut self.shards {
+            shards.ended(&key);
+        }
         #[cfg(feature = "prometheus")]
         if let Some(metrics) = &self.settings.metrics {
             metrics.finished(&outcome_label(&outcome), took);
@@ -566,9 +628,10 @@ where
                 return;
             }
             Outcome::Fenced => {
-                tracing::warn!(object.ref = %key, "reconcile cancelled: no longer leading");
+                tracing::warn!(object.ref = %key, "reconcile cancelled: no longer leading, or the key's shard moved");
                 // Not the key's fault: back in the queue as it was, for
-                // when this replica leads again.
+                // when this replica leads again (a key another replica
+                // owns now is dropped when it comes out).
                 if let Err(error) = item.requeue() {
                     self.out.push_back(refused(key.clone(), error));
                 }
@@ -616,7 +679,9 @@ where
                 || self.ready.is_some()
                 || self.pulls.iter().all(|p| p.ended)
                 // A follower's queued keys are the leader's to reconcile.
-                || self.leader.as_ref().is_some_and(|l| !l.leading()))
+                || self.leader.as_ref().is_some_and(|l| !l.leading())
+                // A fenced replica's keys go to the others.
+                || self.shards.as_ref().is_some_and(Sharding::fenced))
     }
 }
 
@@ -629,25 +694,34 @@ fn refused<K: Resource, E>(key: ObjectRef<K>, error: AddError) -> RunResult<K, E
 
 /// Runs one reconcile to its end, catching a panic and applying the
 /// timeout and the fence: a reconcile started under a leadership is
-/// dropped the fencing grace after that leadership ends.
+/// dropped the fencing grace after that leadership ends, and one of a
+/// sharded controller when its token is cancelled.
 async fn run_one<F, E>(
     future: F,
     timeout: Option<Duration>,
     fence: Option<Fence>,
+    cancel: Option<CancellationToken>,
 ) -> (Outcome<E>, Duration)
 where
     F: std::future::Future<Output = Result<Action, E>>,
 {
-    let Some(fence) = fence else {
+    if fence.is_none() && cancel.is_none() {
         return run_timed(future, timeout).await;
-    };
-    if !fence.holds() {
+    }
+    if fence.as_ref().is_some_and(|f| !f.holds()) {
         return (Outcome::Fenced, Duration::ZERO);
     }
+    let stop = async move {
+        match (fence, cancel) {
+            (Some(fence), _) => fence.ended().await,
+            (None, Some(token)) => token.cancelled_owned().await,
+            (None, None) => future::pending().await,
+        }
+    };
     let started = Instant::now();
     let work = std::pin::pin!(run_timed(future, timeout));
-    let ended = std::pin::pin!(fence.ended());
-    match future::select(work, ended).await {
+    let stop = std::pin::pin!(stop);
+    match future::select(work, stop).await {
         future::Either::Left((done, _)) => done,
         future::Either::Right(((), _)) => (Outcome::Fenced, started.elapsed()),
     }
@@ -709,6 +783,7 @@ where
         if let Some(leader) = &mut this.leader {
             leader.poll(cx);
         }
+        this.poll_shards(cx);
         this.poll_signals(cx);
         let triggers_left = this.poll_triggers(cx);
         if triggers_left {
@@ -743,6 +818,12 @@ where
             // Hand the lease over before ending, so failover is immediate.
             if let Some(leader) = &mut this.leader
                 && leader.poll_release(cx).is_pending()
+            {
+                return Poll::Pending;
+            }
+            // Leave the shard group, so the others take the keys at once.
+            if let Some(shards) = &mut this.shards
+                && shards.poll_leave(cx).is_pending()
             {
                 return Poll::Pending;
             }

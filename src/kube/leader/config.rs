@@ -198,6 +198,13 @@ pub enum LeaseConfigError {
         /// The configured retry period.
         retry_period: Duration,
     },
+    /// A name (named here) is not one Kubernetes accepts where it is used.
+    Invalid {
+        /// The field.
+        field: &'static str,
+        /// What is wrong with it.
+        why: &'static str,
+    },
 }
 
 impl fmt::Display for LeaseConfigError {
@@ -221,6 +228,9 @@ impl fmt::Display for LeaseConfigError {
                 f,
                 "lease config: the renew deadline ({renew_deadline:?}) must be longer than 1.2 x the retry period ({retry_period:?})"
             ),
+            LeaseConfigError::Invalid { field, why } => {
+                write!(f, "lease config: the {field} {why}")
+            }
         }
     }
 }

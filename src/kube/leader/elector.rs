@@ -341,7 +341,7 @@ fn holder(spec: &LeaseSpec) -> Option<&str> {
     spec.holder_identity.as_deref().filter(|h| !h.is_empty())
 }
 
-fn is_conflict(e: &kube_client::Error) -> bool {
+pub(crate) fn is_conflict(e: &kube_client::Error) -> bool {
     matches!(e, kube_client::Error::Api(s) if s.code == 409)
 }
 

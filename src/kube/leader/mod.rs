@@ -100,6 +100,7 @@ mod elector;
 mod metrics;
 
 pub use config::{LeaseConfig, LeaseConfigError};
+pub(crate) use elector::is_conflict;
 pub use elector::{LeaderElection, LeaderElector, LeaderState, WallClock};
 #[cfg(feature = "prometheus")]
 pub use metrics::LeaderMetrics;

@@ -1,0 +1,335 @@
+//! The controller's side of shards: start the membership, filter triggers
+//! to this replica's keys, check each key again when it is handed out,
+//! hold gained keys aside until they are cleared, acknowledge a view once
+//! nothing lost in it is in flight, and fence.
+
+use std::collections::{HashMap, HashSet};
+use std::hash::Hash;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures_util::FutureExt;
+use futures_util::future::BoxFuture;
+use kube_client::Resource;
+use kube_runtime::reflector::{ObjectRef, Store};
+use tokio::sync::watch;
+use tokio::time::{Instant, Sleep, sleep_until};
+use tokio_util::sync::CancellationToken;
+
+use crate::kube::shard::{Member, Members, Shards, View, key_hash};
+
+/// The key string the shards hash: `namespace/name`, or `name`.
+fn hash_of<K: Resource>(key: &ObjectRef<K>) -> u64 {
+    match &key.namespace {
+        Some(ns) => key_hash(&format!("{ns}/{}", key.name)),
+        None => key_hash(&key.name),
+    }
+}
+
+/// What the runner must do after [`Sharding::poll`].
+#[derive(Default)]
+pub(crate) struct Update {
+    /// The view changed: call [`Sharding::reshard`].
+    pub(crate) view: bool,
+}
+
+/// The runner's shards.
+pub(crate) struct Sharding<K: Resource>
+where
+    K::DynamicType: Eq + Hash,
+{
+    /// Until the first poll (starting needs a runtime).
+    shards: Option<Shards>,
+    member: Option<Member>,
+    group: String,
+    renew_deadline: Duration,
+    grace: Duration,
+    view: Arc<View>,
+    changed: Option<BoxFuture<'static, ()>>,
+    /// What this replica is ready to acknowledge; the membership writes it.
+    declared: watch::Sender<Members>,
+    /// Fires when the last renewal runs out.
+    fence: Option<Pin<Box<Sleep>>>,
+    fenced: bool,
+    /// Keys owned but not cleared yet.
+    parked: HashSet<ObjectRef<K>>,
+    /// Keys in flight, with what cancels them.
+    running: HashMap<ObjectRef<K>, CancellationToken>,
+    /// When reconciles of keys no longer ours (all, once fenced) are
+    /// cancelled.
+    cancel_at: Option<Pin<Box<Sleep>>>,
+    leaving: Option<BoxFuture<'static, ()>>,
+    left: bool,
+    dyntype: K::DynamicType,
+    #[cfg(feature = "prometheus")]
+    metrics: Option<crate::kube::shard::ShardMetrics>,
+}
+
+impl<K> Sharding<K>
+where
+    K: Resource + Clone + Send + Sync + 'static,
+    K::DynamicType: Clone + Eq + Hash + Send + Sync + 'static,
+{
+    /// `shards`' config must have been validated.
+    pub(crate) fn new(shards: Shards, dyntype: K::DynamicType) -> Self {
+        let config = shards.config();
+        let (declared, _) = watch::channel(Members::default());
+        Sharding {
+            group: config.group().to_string(),
+            renew_deadline: config.renew_deadline(),
+            grace: config.fencing_grace(),
+            view: Arc::new(View::unknown(config.identity().into())),
+            #[cfg(feature = "prometheus")]
+            metrics: shards.gauges().cloned(),
+            shards: Some(shards),
+            member: None,
+            changed: None,
+            declared,
+            fence: None,
+            fenced: true,
+            parked: HashSet::new(),
+            running: HashMap::new(),
+            cancel_at: None,
+            leaving: None,
+            left: false,
+            dyntype,
+        }
+    }
+
+    /// Starts the membership on the first call; tells whether the view
+    /// changed (then [`reshard`](Self::reshard)). Runs the fence and the
+    /// cancellation timers.
+    pub(crate) fn poll(&mut self, cx: &mut Context<'_>) -> Update {
+        let mut update = Update::default();
+        if let Some(shards) = self.shards.take() {
+            match shards.start(self.declared.subscribe()) {
+                Ok(member) => self.member = Some(member),
+                // Validated when the controller was run: cannot happen.
+                Err(error) => tracing::error!(%error, "shards not started"),
+            }
+        }
+        if let Some(source) = self.member.as_ref().map(|m| m.view.clone()) {
+            loop {
+                if self.changed.is_none() {
+                    // A closed channel never changes again.
+                    if source.has_changed().is_err() {
+                        break;
+                    }
+                    let mut rx = source.clone();
+                    let current = rx.borrow_and_update().clone();
+                    if !Arc::ptr_eq(&current, &self.view) {
+                        self.view = current;
+                        update.view = true;
+                        self.arm_fence();
+                    }
+                    self.changed = Some(
+                        async move {
+                            let _ = rx.changed().await;
+                        }
+                        .boxed(),
+                    );
+                }
+                let changed = self.changed.as_mut().expect("set above");
+                if changed.as_mut().poll(cx).is_pending() {
+                    break;
+                }
+                self.changed = None;
+            }
+        }
+        if let Some(fence) = &mut self.fence
+            && fence.as_mut().poll(cx).is_ready()
+        {
+            self.fence = None;
+            self.set_fenced(true);
+        }
+        if let Some(cancel) = &mut self.cancel_at
+            && cancel.as_mut().poll(cx).is_ready()
+        {
+            self.cancel_at = None;
+            for (key, token) in &self.running {
+                if self.fenced || !self.view.owns(hash_of(key)) {
+                    token.cancel();
+                }
+            }
+        }
+        update
+    }
+
+    /// Sets the fence timer from the view's last renewal.
+    fn arm_fence(&mut self) {
+        match self.view.renewed {
+            Some(renewed) if Instant::now() < renewed + self.renew_deadline => {
+                self.set_fenced(false);
+                self.fence = Some(Box::pin(sleep_until(renewed + self.renew_deadline)));
+            }
+            _ => {
+                self.fence = None;
+                self.set_fenced(true);
+            }
+        }
+    }
+
+    fn set_fenced(&mut self, fenced: bool) {
+        if fenced && !self.fenced {
+            tracing::warn!(group = %self.group, "could not renew the shard lease by the renew deadline; fencing");
+            self.arm_cancel();
+        } else if !fenced && self.fenced {
+            tracing::debug!(group = %self.group, "shard lease renewed");
+        }
+        self.fenced = fenced;
+    }
+
+    fn arm_cancel(&mut self) {
+        if self.cancel_at.is_none() && !self.running.is_empty() {
+            self.cancel_at = Some(Box::pin(sleep_until(Instant::now() + self.grace)));
+        }
+    }
+
+    /// Whether no reconcile may start: the last renewal ran out.
+    pub(crate) fn fenced(&self) -> bool {
+        self.fenced
+    }
+
+    /// Whether `key` is this replica's to queue.
+    pub(crate) fn owns(&self, key: &ObjectRef<K>) -> bool {
+        self.view.owns(hash_of(key))
+    }
+
+    /// Whether `key` may start now.
+    fn may_start(&self, key: u64) -> bool {
+        !self.fenced && self.view.cleared(key) && self.declared.borrow().gives(key, &self.view.me)
+    }
+
+    /// What to do with a key the queue handed out.
+    pub(crate) fn check(&mut self, key: &ObjectRef<K>) -> Check {
+        let hash = hash_of(key);
+        if !self.view.owns(hash) {
+            return Check::NotOurs;
+        }
+        if self.may_start(hash) {
+            Check::Start
+        } else {
+            self.parked.insert(key.clone());
+            Check::Parked
+        }
+    }
+
+    /// A reconcile of `key` starts: what cancels it.
+    pub(crate) fn started(&mut self, key: &ObjectRef<K>) -> CancellationToken {
+        let token = CancellationToken::new();
+        self.running.insert(key.clone(), token.clone());
+        token
+    }
+
+    /// A reconcile of `key` ended; acknowledges the view if that was the
+    /// last lost key in flight.
+    pub(crate) fn ended(&mut self, key: &ObjectRef<K>) {
+        self.running.remove(key);
+        self.declare();
+    }
+
+    /// Declares the current view for acknowledgement once nothing it takes
+    /// from this replica is in flight.
+    fn declare(&mut self) {
+        let view = &self.view;
+        if self.running.keys().all(|k| view.owns(hash_of(k))) {
+            let members = view.members.clone();
+            self.declared.send_if_modified(|d| {
+                if *d == members {
+                    return false;
+                }
+                tracing::debug!(?members, "acknowledging the shard view");
+                *d = members;
+                true
+            });
+        }
+    }
+
+    /// Works through a new view: parks the keys gained, drops parked keys
+    /// lost, returns the parked keys now cleared (to queue at the low
+    /// priority), arms the cancellation of lost keys in flight, and
+    /// declares the view when it can.
+    pub(crate) fn reshard(&mut self, old: &Members, store: &Store<K>) -> Vec<ObjectRef<K>> {
+        let view = self.view.clone();
+        let me = &*view.me;
+        let changed = *old != view.members;
+        let mut owned = 0usize;
+        for object in store.state() {
+            let key = ObjectRef::from_obj_with(&*object, self.dyntype.clone());
+            let hash = hash_of(&key);
+            if view.members.gives(hash, me) {
+                owned += 1;
+                if changed && !old.gives(hash, me) {
+                    self.parked.insert(key);
+                }
+            }
+        }
+        #[cfg(feature = "prometheus")]
+        if let Some(metrics) = &self.metrics {
+            metrics.set(&self.group, view.members.len(), owned);
+        }
+        #[cfg(not(feature = "prometheus"))]
+        let _ = owned;
+        if changed {
+            tracing::info!(group = %self.group, members = ?view.members, owned, "shard membership changed");
+            if self.running.keys().any(|k| !view.owns(hash_of(k))) {
+                self.arm_cancel();
+            }
+        }
+        self.declare();
+        let mut cleared = Vec::new();
+        self.parked.retain(|key| {
+            let hash = hash_of(key);
+            if !view.owns(hash) {
+                return false;
+            }
+            if !self.fenced && view.cleared(hash) && self.declared.borrow().gives(hash, me) {
+                cleared.push(key.clone());
+                return false;
+            }
+            true
+        });
+        cleared
+    }
+
+    /// The view's members now (to compare with the next).
+    pub(crate) fn members(&self) -> Members {
+        self.view.members.clone()
+    }
+
+    /// Leaves the group (once the controller is done): ready when the
+    /// Lease is deleted or there was nothing to delete.
+    pub(crate) fn poll_leave(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.left {
+            return Poll::Ready(());
+        }
+        self.shards = None;
+        if self.leaving.is_none() {
+            let Some(member) = self.member.take() else {
+                self.left = true;
+                return Poll::Ready(());
+            };
+            self.leaving = Some(member.leave().boxed());
+        }
+        let leaving = self.leaving.as_mut().expect("set above");
+        if leaving.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        self.leaving = None;
+        self.left = true;
+        Poll::Ready(())
+    }
+}
+
+/// What [`Sharding::check`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Check {
+    /// Reconcile it.
+    Start,
+    /// Another replica owns it now: drop it.
+    NotOurs,
+    /// Ours, but not cleared yet: it waits aside.
+    Parked,
+}

@@ -1,0 +1,389 @@
+//! A replica's membership: one task that renews this replica's Lease
+//! (writing its acknowledgement on it) and reads the group's Leases, and
+//! publishes what it saw as a [`View`].
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use futures_util::future;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::jiff::Timestamp;
+use kube_client::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
+use kube_client::{Api, Client};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, sleep_until, timeout_at};
+
+use super::config::ShardConfig;
+use super::ring::Members;
+use super::{ACK_ANNOTATION, GROUP_LABEL};
+use crate::kube::leader::{LeaseConfigError, WallClock, is_conflict};
+
+/// A replica's membership in a shard group, not started yet: the Lease
+/// API, the [`ShardConfig`], and the optional wall clock and gauges. Hand
+/// it to [`Controller::shards`](crate::kube::Controller::shards).
+#[derive(Clone)]
+pub struct Shards {
+    api: Api<Lease>,
+    config: ShardConfig,
+    clock: WallClock,
+    #[cfg(feature = "prometheus")]
+    metrics: Option<super::ShardMetrics>,
+}
+
+impl std::fmt::Debug for Shards {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shards")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Shards {
+    /// Membership in `config`'s group, through `client`.
+    #[must_use]
+    pub fn new(client: Client, config: ShardConfig) -> Self {
+        Shards {
+            api: Api::namespaced(client, config.namespace()),
+            config,
+            clock: Arc::new(Timestamp::now),
+            #[cfg(feature = "prometheus")]
+            metrics: None,
+        }
+    }
+
+    /// Reads the `renewTime` written on the Lease from `clock` instead of
+    /// the system clock. No member ever compares those times with a clock;
+    /// the tests skew this one to show it.
+    #[must_use]
+    pub fn wall_clock(mut self, clock: impl Fn() -> Timestamp + Send + Sync + 'static) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// Reports the members seen and the keys owned in `metrics`.
+    #[cfg(feature = "prometheus")]
+    #[must_use]
+    pub fn metrics(mut self, metrics: super::ShardMetrics) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// The membership's config.
+    #[must_use]
+    pub fn config(&self) -> &ShardConfig {
+        &self.config
+    }
+
+    #[cfg(feature = "prometheus")]
+    pub(crate) fn gauges(&self) -> Option<&super::ShardMetrics> {
+        self.metrics.as_ref()
+    }
+
+    /// Starts renewing and reading on a task; `declared` is the member set
+    /// this replica is ready to acknowledge.
+    pub(crate) fn start(
+        self,
+        declared: watch::Receiver<Members>,
+    ) -> Result<Member, LeaseConfigError> {
+        self.config.validate()?;
+        let me: Arc<str> = self.config.identity().into();
+        let (tx, rx) = watch::channel(Arc::new(View::unknown(me.clone())));
+        let task = Task {
+            api: self.api.clone(),
+            config: self.config.clone(),
+            clock: self.clock,
+            me,
+            declared,
+            acked: vec![Members::default()],
+            own: None,
+            observed: HashMap::new(),
+            renewed: None,
+            tx,
+        };
+        Ok(Member {
+            view: rx,
+            task: Some(tokio::spawn(task.run())),
+            api: self.api,
+            name: self.config.lease_name(),
+        })
+    }
+}
+
+/// What this replica knows of its group after one round of renewing its
+/// Lease and reading the group's.
+#[derive(Debug, Clone)]
+pub(crate) struct View {
+    pub(crate) me: Arc<str>,
+    /// The live members: those whose Lease record changed within a lease
+    /// duration by our clock, and this replica once it has renewed.
+    pub(crate) members: Members,
+    /// Every acknowledgement that may be on this replica's Lease: the one
+    /// last written, and any whose write was sent but not confirmed.
+    pub(crate) acked: Vec<Members>,
+    /// The acknowledgement on each other live member's Lease, read after
+    /// every write in `acked` was sent.
+    pub(crate) others: Vec<(Arc<str>, Members)>,
+    /// When the last successful renewal was sent: this replica may act
+    /// until a renew deadline after it.
+    pub(crate) renewed: Option<Instant>,
+}
+
+impl View {
+    /// Before the first round: no members, nothing acknowledged.
+    pub(crate) fn unknown(me: Arc<str>) -> Self {
+        View {
+            me,
+            members: Members::default(),
+            acked: vec![Members::default()],
+            others: Vec::new(),
+            renewed: None,
+        }
+    }
+
+    /// Whether the key whose hash is `key` is this replica's to queue.
+    pub(crate) fn owns(&self, key: u64) -> bool {
+        self.members.gives(key, &self.me)
+    }
+
+    /// Whether nobody else may run `key` now and this replica has said it
+    /// may: every acknowledgement that may be on our Lease gives it to us,
+    /// and no other live member's gives it to that member. (Whether we are
+    /// fenced, and what we declared but have not written, the caller
+    /// checks.)
+    pub(crate) fn cleared(&self, key: u64) -> bool {
+        self.owns(key)
+            && self.acked.iter().all(|a| a.gives(key, &self.me))
+            && self.others.iter().all(|(id, a)| !a.gives(key, id))
+    }
+}
+
+/// A running membership: the task and the view it publishes.
+pub(crate) struct Member {
+    pub(crate) view: watch::Receiver<Arc<View>>,
+    task: Option<JoinHandle<()>>,
+    api: Api<Lease>,
+    name: String,
+}
+
+impl Member {
+    /// Stops the task and deletes this replica's Lease, so the others take
+    /// its keys at their next read. Call it only with nothing in flight.
+    pub(crate) async fn leave(mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+            let _ = task.await;
+        }
+        match self.api.delete(&self.name, &DeleteParams::default()).await {
+            Ok(_) => tracing::info!(lease = %self.name, "left the shard group"),
+            Err(kube_client::Error::Api(s)) if s.code == 404 => {}
+            Err(error) => {
+                tracing::warn!(%error, lease = %self.name, "could not delete the shard lease; it will expire");
+            }
+        }
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        // As a crash: the Lease stays and expires.
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+/// When this replica last saw a Lease's record change.
+struct Observed {
+    version: Option<String>,
+    at: Instant,
+}
+
+struct Task {
+    api: Api<Lease>,
+    config: ShardConfig,
+    clock: WallClock,
+    me: Arc<str>,
+    declared: watch::Receiver<Members>,
+    /// Every acknowledgement that may be on our Lease.
+    acked: Vec<Members>,
+    /// Our Lease as last read or written (its resourceVersion is the one
+    /// the next renewal writes with).
+    own: Option<Lease>,
+    observed: HashMap<String, Observed>,
+    renewed: Option<Instant>,
+    tx: watch::Sender<Arc<View>>,
+}
+
+impl Task {
+    /// Our Lease as we write it: holder, times, label, acknowledgement.
+    fn record(&self, lease: Option<Lease>, ack: &Members) -> Lease {
+        let now = MicroTime((self.clock)());
+        let mut lease = lease.unwrap_or_else(|| Lease {
+            metadata: ObjectMeta {
+                name: Some(self.config.lease_name()),
+                namespace: Some(self.config.namespace().to_string()),
+                ..ObjectMeta::default()
+            },
+            spec: None,
+        });
+        lease
+            .metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert(GROUP_LABEL.to_string(), self.config.group().to_string());
+        lease
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(ACK_ANNOTATION.to_string(), ack.encode());
+        let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+        if spec.holder_identity.as_deref() != Some(&*self.me) {
+            spec.holder_identity = Some(self.me.to_string());
+            spec.acquire_time = Some(now.clone());
+        }
+        spec.renew_time = Some(now);
+        let millis = self.config.lease_duration().as_millis();
+        spec.lease_duration_seconds =
+            Some(i32::try_from(millis.div_ceil(1000)).unwrap_or(i32::MAX));
+        lease
+    }
+
+    /// Writes our Lease with what we declared. The declared set counts as
+    /// possibly written from the moment the write is sent.
+    async fn renew(&mut self) -> Result<(), kube_client::Error> {
+        let ack = self.declared.borrow_and_update().clone();
+        if !self.acked.contains(&ack) {
+            self.acked.push(ack.clone());
+        }
+        let name = self.config.lease_name();
+        let pp = PostParams::default();
+        let current = match self.own.take() {
+            Some(lease) => Some(lease),
+            None => self.api.get_opt(&name).await?,
+        };
+        let written = match current {
+            None => self.api.create(&pp, &self.record(None, &ack)).await,
+            Some(lease) => {
+                self.api
+                    .replace(&name, &pp, &self.record(Some(lease), &ack))
+                    .await
+            }
+        };
+        let lease = written?;
+        self.own = Some(lease);
+        self.acked = vec![ack];
+        Ok(())
+    }
+
+    /// Reads the group's Leases and works out the live members and their
+    /// acknowledgements.
+    async fn read(&mut self) -> Result<View, kube_client::Error> {
+        let selector = format!("{GROUP_LABEL}={}", self.config.group());
+        let leases = self
+            .api
+            .list(&ListParams::default().labels(&selector))
+            .await?;
+        let now = Instant::now();
+        let lease_duration = self.config.lease_duration();
+        let own_name = self.config.lease_name();
+        let mut seen = HashMap::new();
+        let mut members = Vec::new();
+        let mut others = Vec::new();
+        for lease in leases {
+            let Some(name) = lease.metadata.name.clone() else {
+                continue;
+            };
+            let version = lease.metadata.resource_version.clone();
+            let at = match self.observed.remove(&name) {
+                Some(o) if o.version == version => o.at,
+                _ => now,
+            };
+            let holder = lease
+                .spec
+                .as_ref()
+                .and_then(|s| s.holder_identity.clone())
+                .filter(|h| !h.is_empty());
+            let alive = now.saturating_duration_since(at) < lease_duration;
+            if name == own_name {
+                // Our own record: the one the next renewal writes over.
+                self.own = Some(lease.clone());
+            } else if let Some(holder) = holder
+                && alive
+                && *holder != *self.me
+            {
+                let ack = lease
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(ACK_ANNOTATION))
+                    .map(|text| Members::decode(text))
+                    .unwrap_or_default();
+                let holder: Arc<str> = holder.into();
+                members.push(holder.clone());
+                others.push((holder, ack));
+            }
+            seen.insert(name, Observed { version, at });
+        }
+        self.observed = seen;
+        let renew_deadline = self.config.renew_deadline();
+        if self.renewed.is_some_and(|r| now < r + renew_deadline) {
+            members.push(self.me.clone());
+        }
+        Ok(View {
+            me: self.me.clone(),
+            members: Members::new(members),
+            acked: self.acked.clone(),
+            others,
+            renewed: self.renewed,
+        })
+    }
+
+    async fn run(mut self) {
+        let retry = self.config.retry_period();
+        let renew_deadline = self.config.renew_deadline();
+        loop {
+            let sent = Instant::now();
+            let wake = sent + retry;
+            // Neither step may run past the time we could act for; a hung
+            // request must not hold up the next round.
+            let limit = sent + renew_deadline;
+            match timeout_at(limit, self.renew()).await {
+                Ok(Ok(())) => self.renewed = Some(sent),
+                Ok(Err(error)) => {
+                    // A conflict means our copy was stale: read it afresh.
+                    self.own = None;
+                    if is_conflict(&error) {
+                        tracing::debug!("the shard lease changed under a renewal");
+                    } else {
+                        tracing::debug!(%error, "could not renew the shard lease");
+                    }
+                }
+                Err(_) => {
+                    self.own = None;
+                    tracing::debug!("renewing the shard lease timed out");
+                }
+            }
+            // Read only after the renewal: others' acknowledgements must
+            // be read after ours was written (see the module docs).
+            match timeout_at(limit, self.read()).await {
+                Ok(Ok(view)) => {
+                    tracing::trace!(members = ?view.members, "shard view");
+                    self.tx.send_replace(Arc::new(view));
+                }
+                Ok(Err(error)) => tracing::debug!(%error, "could not read the shard group"),
+                Err(_) => tracing::debug!("reading the shard group timed out"),
+            }
+            // Next round at the retry period, or at once when the
+            // controller declares a new set to acknowledge.
+            let mut declared = self.declared.clone();
+            let tick = std::pin::pin!(sleep_until(wake));
+            let changed = std::pin::pin!(declared.changed());
+            if let future::Either::Right((Err(_), _)) = future::select(tick, changed).await {
+                // The controller is gone.
+                return;
+            }
+        }
+    }
+}
