@@ -357,9 +357,12 @@ where
         if !shards.poll(cx).view {
             return;
         }
-        let cleared = shards.reshard(&old, &self.store);
+        let resharded = shards.reshard(&old, &self.store);
+        for key in &resharded.lost {
+            self.reasons.remove(key);
+        }
         let opts = AddOpts::default().priority(self.settings.priorities.unchanged);
-        for key in cleared {
+        for key in resharded.cleared {
             if self.work.add_with(key.clone(), opts).is_ok() {
                 self.reasons.entry(key).or_insert((
                     ReconcileReason::Custom {

@@ -251,7 +251,7 @@ where
     /// lost, returns the parked keys now cleared (to queue at the low
     /// priority), arms the cancellation of lost keys in flight, and
     /// declares the view when it can.
-    pub(crate) fn reshard(&mut self, old: &Members, store: &Store<K>) -> Vec<ObjectRef<K>> {
+    pub(crate) fn reshard(&mut self, old: &Members, store: &Store<K>) -> Resharded<K> {
         let view = self.view.clone();
         let me = &*view.me;
         let changed = *old != view.members;
@@ -280,9 +280,11 @@ where
         }
         self.declare();
         let mut cleared = Vec::new();
+        let mut lost = Vec::new();
         self.parked.retain(|key| {
             let hash = hash_of(key);
             if !view.owns(hash) {
+                lost.push(key.clone());
                 return false;
             }
             if !self.fenced && view.cleared(hash) && self.declared.borrow().gives(hash, me) {
@@ -291,7 +293,7 @@ where
             }
             true
         });
-        cleared
+        Resharded { cleared, lost }
     }
 
     /// The view's members now (to compare with the next).
@@ -321,6 +323,14 @@ where
         self.left = true;
         Poll::Ready(())
     }
+}
+
+/// Parked keys a new view settled.
+pub(crate) struct Resharded<K: Resource> {
+    /// Cleared: queue them.
+    pub(crate) cleared: Vec<ObjectRef<K>>,
+    /// Another replica's now: forget them.
+    pub(crate) lost: Vec<ObjectRef<K>>,
 }
 
 /// What [`Sharding::check`] found.

@@ -387,3 +387,85 @@ impl Task {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::ring::key_hash;
+    use super::*;
+
+    fn view(me: &str, members: &[&str], acked: &[&[&str]], others: &[(&str, &[&str])]) -> View {
+        View {
+            me: me.into(),
+            members: Members::new(members.iter().copied()),
+            acked: acked
+                .iter()
+                .map(|a| Members::new(a.iter().copied()))
+                .collect(),
+            others: others
+                .iter()
+                .map(|(id, a)| ((*id).into(), Members::new(a.iter().copied())))
+                .collect(),
+            renewed: Some(Instant::now()),
+        }
+    }
+
+    /// A key `members` gives to `to`.
+    fn key_of(to: &str, members: &[&str]) -> u64 {
+        let members = Members::new(members.iter().copied());
+        (0..)
+            .map(|i| key_hash(&format!("default/cm-{i}")))
+            .find(|&k| members.gives(k, to))
+            .unwrap()
+    }
+
+    #[test]
+    fn a_settled_group_clears_each_owner_s_keys() {
+        let all: &[&str] = &["a", "b", "c"];
+        let k = key_of("a", all);
+        let a = view("a", all, &[all], &[("b", all), ("c", all)]);
+        assert!(a.owns(k) && a.cleared(k));
+        let b = view("b", all, &[all], &[("a", all), ("c", all)]);
+        assert!(!b.owns(k) && !b.cleared(k));
+    }
+
+    #[test]
+    fn a_gained_key_waits_for_the_previous_owner_s_acknowledgement() {
+        let before: &[&str] = &["a", "b"];
+        let after: &[&str] = &["a", "b", "c"];
+        // A key that moves from a to c when c joins.
+        let k = (0..)
+            .map(|i| key_hash(&format!("default/cm-{i}")))
+            .find(|&k| {
+                Members::new(before.iter().copied()).gives(k, "a")
+                    && Members::new(after.iter().copied()).gives(k, "c")
+            })
+            .unwrap();
+        // a has not acknowledged the join yet: c waits.
+        let c = view("c", after, &[after], &[("a", before), ("b", before)]);
+        assert!(c.owns(k) && !c.cleared(k));
+        // Once a acknowledged, c may start it (b's old set gives it to a,
+        // not to b, so b is no obstacle).
+        let c = view("c", after, &[after], &[("a", after), ("b", before)]);
+        assert!(c.cleared(k));
+        // And a, still seeing the old set, may not start it once it read
+        // c's acknowledgement.
+        let a = view("a", before, &[before], &[("b", before), ("c", after)]);
+        assert!(a.owns(k) && !a.cleared(k));
+    }
+
+    #[test]
+    fn an_unconfirmed_acknowledgement_counts_as_written() {
+        let two: &[&str] = &["a", "b"];
+        let one: &[&str] = &["a"];
+        let k = key_of("b", two);
+        // a wrote "a alone" (it would own k) but the answer was lost, and
+        // it sees b again: it may not start k on the strength of "a
+        // alone", nor of the view.
+        let a = view("a", one, &[two, one], &[]);
+        assert!(a.owns(k));
+        assert!(!a.cleared(k));
+        // Nothing acknowledged yet (a new replica) clears nothing.
+        let fresh = view("a", one, &[&[]], &[]);
+        assert!(!fresh.cleared(k));
+    }
+}

@@ -23,6 +23,7 @@ use prometheus_client::registry::Registry;
 /// let metrics = ShardMetrics::new();
 /// metrics.register(&mut registry);
 /// assert_eq!(metrics.members("configmaps"), 0);
+/// assert_eq!(metrics.keys_owned("configmaps"), 0);
 /// let mut text = String::new();
 /// prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
 /// assert!(text.contains(r#"workqueue_shard_members{name="configmaps"} 0"#));
