@@ -225,8 +225,8 @@ impl Record {
         }
     }
 
-    /// Every run started at or after `after` was by the owner of its key
-    /// among `members`; and every key in `names` was run since.
+    /// Every run of a key in `names` started at or after `after` was by
+    /// the owner of its key among `members`; and every one was run since.
     fn check_owners_since(
         &self,
         after: Instant,
@@ -237,7 +237,7 @@ impl Record {
         let runs: Vec<Run> = self
             .runs()
             .into_iter()
-            .filter(|r| r.start >= after)
+            .filter(|r| r.start >= after && owners.contains_key(&r.key))
             .collect();
         if let Some(r) = runs.iter().find(|r| owners[&r.key] != r.replica) {
             return Err(format!(
@@ -844,6 +844,18 @@ async fn replica_cut_off_from_the_api_server_fences_and_comes_back() {
             ))
         }
     })
+    .await;
+    // All its keys went to the two others meanwhile.
+    let cut_keys: Vec<String> = names
+        .iter()
+        .filter(|n| owners[*n] == cut_off)
+        .cloned()
+        .collect();
+    wait_until(
+        "the others reconciled every key of the cut-off one",
+        LIMIT,
+        || record.check_owners_since(last_end, &cut_keys, &[0, 1]),
+    )
     .await;
     record.check_no_overlap().unwrap();
 
