@@ -12,7 +12,7 @@
 //! It starts the local API server, creates 30 ConfigMaps and runs three
 //! replicas, each with a client on its own endpoint of the server, with
 //! short timings (lease 1.5 s, renew deadline 1 s, retry 250 ms) so the
-//! whole demo takes about ten seconds. Each reconcile prints
+//! whole demo takes a few seconds (about 2 s). Each reconcile prints
 //! `replica-N reconciled default/cm-K (v=..)`. Once the three replicas
 //! acknowledge each other on their Leases it changes every ConfigMap
 //! (`v=1`), then kills `replica-1` (its task is aborted: a crash, its Lease
