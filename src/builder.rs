@@ -155,7 +155,9 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, O: Ordering<K>> Builder<K, O>
 // it into partitions.
 #[cfg(feature = "kube")]
 impl<K, O> Builder<K, O> {
-    /// The name given to [`name`](Self::name) (empty by default).
+    /// The name given to [`name`](Self::name) (empty by default): the
+    /// controller metrics' label.
+    #[cfg(feature = "prometheus")]
     pub(crate) fn get_name(&self) -> &str {
         &self.name
     }
