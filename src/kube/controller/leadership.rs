@@ -10,6 +10,7 @@ use futures_util::future::BoxFuture;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::watched::Watched;
 use crate::kube::leader::{LeaderElection, LeaderElector, LeaderState};
 
 /// The runner's leader election.
@@ -17,9 +18,8 @@ pub(crate) struct Leadership {
     /// Until the first poll (starting needs a runtime).
     election: Option<LeaderElection>,
     elector: Option<LeaderElector>,
-    state: Option<watch::Receiver<LeaderState>>,
     /// Wakes the runner when the state changes.
-    changed: Option<BoxFuture<'static, ()>>,
+    state: Option<Watched<LeaderState>>,
     grace: Duration,
     releasing: Option<BoxFuture<'static, ()>>,
     released: bool,
@@ -33,7 +33,6 @@ impl Leadership {
             election: Some(election),
             elector: None,
             state: None,
-            changed: None,
             grace,
             releasing: None,
             released: false,
@@ -46,48 +45,29 @@ impl Leadership {
         if let Some(election) = self.election.take() {
             match election.start() {
                 Ok(elector) => {
-                    self.state = Some(elector.state());
+                    self.state = Some(Watched::new(elector.state()));
                     self.elector = Some(elector);
                 }
                 // Validated when the controller was run: cannot happen.
                 Err(error) => tracing::error!(%error, "leader election not started"),
             }
         }
-        let Some(state) = &self.state else {
-            return;
-        };
-        loop {
-            if self.changed.is_none() {
-                // A closed channel never changes again.
-                if state.has_changed().is_err() {
-                    return;
-                }
-                let mut rx = state.clone();
-                rx.borrow_and_update();
-                self.changed = Some(
-                    async move {
-                        let _ = rx.changed().await;
-                    }
-                    .boxed(),
-                );
-            }
-            let changed = self.changed.as_mut().expect("set above");
-            if changed.as_mut().poll(cx).is_pending() {
-                return;
-            }
-            self.changed = None;
+        if let Some(state) = &mut self.state {
+            state.poll(cx);
         }
     }
 
     /// Whether this replica leads now.
     pub(crate) fn leading(&self) -> bool {
-        self.state.as_ref().is_some_and(|s| s.borrow().is_leading())
+        self.state
+            .as_ref()
+            .is_some_and(|s| s.receiver().borrow().is_leading())
     }
 
     /// What a reconcile started now must watch: it ends `grace` after
     /// this leadership does.
     pub(crate) fn fence(&self) -> Option<Fence> {
-        let state = self.state.clone()?;
+        let state = self.state.as_ref()?.receiver().clone();
         let LeaderState::Leading { since } = *state.borrow() else {
             return None;
         };

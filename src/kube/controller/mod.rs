@@ -8,6 +8,7 @@ mod run;
 mod settings;
 mod sharding;
 mod triggers;
+mod watched;
 
 use std::fmt::{self, Debug};
 use std::future::Future;

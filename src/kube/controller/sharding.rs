@@ -18,6 +18,7 @@ use tokio::sync::watch;
 use tokio::time::{Instant, Sleep, sleep_until};
 use tokio_util::sync::CancellationToken;
 
+use super::watched::Watched;
 use crate::kube::shard::{Member, Members, Shards, View, key_hash};
 
 /// The key string the shards hash: `namespace/name`, or `name`.
@@ -47,7 +48,7 @@ where
     renew_deadline: Duration,
     grace: Duration,
     view: Arc<View>,
-    changed: Option<BoxFuture<'static, ()>>,
+    watched: Option<Watched<Arc<View>>>,
     /// What this replica is ready to acknowledge; the membership writes it.
     declared: watch::Sender<Members>,
     /// Fires when the last renewal runs out.
@@ -85,7 +86,7 @@ where
             metrics: shards.gauges().cloned(),
             shards: Some(shards),
             member: None,
-            changed: None,
+            watched: None,
             declared,
             fence: None,
             fenced: true,
@@ -105,37 +106,21 @@ where
         let mut update = Update::default();
         if let Some(shards) = self.shards.take() {
             match shards.start(self.declared.subscribe()) {
-                Ok(member) => self.member = Some(member),
+                Ok(member) => {
+                    self.watched = Some(Watched::new(member.view.clone()));
+                    self.member = Some(member);
+                }
                 // Validated when the controller was run: cannot happen.
                 Err(error) => tracing::error!(%error, "shards not started"),
             }
         }
-        if let Some(source) = self.member.as_ref().map(|m| m.view.clone()) {
-            loop {
-                if self.changed.is_none() {
-                    // A closed channel never changes again.
-                    if source.has_changed().is_err() {
-                        break;
-                    }
-                    let mut rx = source.clone();
-                    let current = rx.borrow_and_update().clone();
-                    if !Arc::ptr_eq(&current, &self.view) {
-                        self.view = current;
-                        update.view = true;
-                        self.arm_fence();
-                    }
-                    self.changed = Some(
-                        async move {
-                            let _ = rx.changed().await;
-                        }
-                        .boxed(),
-                    );
-                }
-                let changed = self.changed.as_mut().expect("set above");
-                if changed.as_mut().poll(cx).is_pending() {
-                    break;
-                }
-                self.changed = None;
+        if let Some(watched) = &mut self.watched {
+            watched.poll(cx);
+            let current = watched.receiver().borrow().clone();
+            if !Arc::ptr_eq(&current, &self.view) {
+                self.view = current;
+                update.view = true;
+                self.arm_fence();
             }
         }
         if let Some(fence) = &mut self.fence
