@@ -30,7 +30,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use k8s_openapi::jiff::Timestamp;
 use kube_client::api::ListParams;
 use kube_client::{Api, Client, ResourceExt};
 use kube_local_apiserver::{Endpoint, LocalApiServer};
@@ -42,6 +42,9 @@ use tokio::time::{Instant, sleep};
 use tokio_workqueue::kube::leader::{LeaderElection, LeaseConfig, LeaseConfigError};
 use tokio_workqueue::kube::shard::{ACK_ANNOTATION, GROUP_LABEL, ShardConfig, Shards, owner};
 use tokio_workqueue::kube::{Action, Controller, ControllerError, Error};
+
+mod replica_common;
+use replica_common::{Record, Run, TestError, skewed};
 
 const GROUP: &str = "shards";
 const LEASE: Duration = Duration::from_millis(600);
@@ -59,14 +62,6 @@ fn config(replica: usize) -> ShardConfig {
         .with_lease_duration(LEASE)
         .with_renew_deadline(RENEW)
         .with_retry_period(RETRY)
-}
-
-fn skewed(seconds: i64) -> impl Fn() -> Timestamp + Send + Sync + 'static {
-    move || {
-        Timestamp::now()
-            .checked_add(SignedDuration::from_secs(seconds))
-            .expect("a timestamp in range")
-    }
 }
 
 /// The replica that owns ConfigMap `name` when `members` are the group,
@@ -88,109 +83,7 @@ fn names(n: usize) -> Vec<String> {
     (0..n).map(|i| format!("cm-{i}")).collect()
 }
 
-#[derive(Debug)]
-struct TestError;
-
-impl std::fmt::Display for TestError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("test error")
-    }
-}
-
-impl std::error::Error for TestError {}
-
-/// One reconcile: key, replica, start, end (none while it runs).
-#[derive(Debug, Clone)]
-struct Run {
-    key: String,
-    /// The object's resourceVersion the reconcile saw.
-    version: u64,
-    replica: usize,
-    start: Instant,
-    end: Option<Instant>,
-    /// Ran to its end (not dropped half-way).
-    finished: bool,
-}
-
-/// Every reconcile, written by the reconcile function itself.
-#[derive(Default)]
-struct Record {
-    runs: Mutex<Vec<Run>>,
-}
-
-/// Writes the end of its run when dropped: at the end of the reconcile,
-/// or where a cancelled reconcile stopped.
-struct Running {
-    record: Arc<Record>,
-    index: usize,
-    finished: bool,
-}
-
-impl Running {
-    fn finish(mut self) {
-        self.finished = true;
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let end = Instant::now();
-        let run = &mut self.record.runs.lock().unwrap()[self.index];
-        run.end = Some(end);
-        run.finished = self.finished;
-    }
-}
-
 impl Record {
-    fn start(self: &Arc<Self>, cm: &ConfigMap, replica: usize) -> Running {
-        let mut runs = self.runs.lock().unwrap();
-        runs.push(Run {
-            key: cm.name_any(),
-            version: cm.resource_version().unwrap_or_default().parse().unwrap(),
-            replica,
-            start: Instant::now(),
-            end: None,
-            finished: false,
-        });
-        Running {
-            record: self.clone(),
-            index: runs.len() - 1,
-            finished: false,
-        }
-    }
-
-    fn runs(&self) -> Vec<Run> {
-        self.runs.lock().unwrap().clone()
-    }
-
-    /// Check (a): no two runs of one key overlap in time, whoever ran them
-    /// (a run still going counts as running until now).
-    fn check_no_overlap(&self) -> Result<(), String> {
-        let now = Instant::now();
-        let mut by_key: HashMap<String, Vec<Run>> = HashMap::new();
-        for run in self.runs() {
-            by_key.entry(run.key.clone()).or_default().push(run);
-        }
-        for runs in by_key.values_mut() {
-            runs.sort_by_key(|r| r.start);
-            // The run that ends last among those started so far.
-            let mut latest: Option<&Run> = None;
-            for run in runs.iter() {
-                if let Some(prev) = latest
-                    && run.start < prev.end.unwrap_or(now)
-                {
-                    return Err(format!(
-                        "two reconciles of one key at once: {prev:?} and {run:?}"
-                    ));
-                }
-                if latest.is_none_or(|p| run.end.unwrap_or(now) > p.end.unwrap_or(now)) {
-                    latest = Some(run);
-                }
-            }
-        }
-        Ok(())
-    }
-
     /// The replica whose run of each key started last.
     fn last_reconcilers(&self) -> HashMap<String, usize> {
         let mut last: HashMap<String, (Instant, usize)> = HashMap::new();

@@ -12,7 +12,7 @@
 //! joining) are in `replica_shards.rs`, on the local server only.
 #![cfg(feature = "kube")]
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -29,6 +29,9 @@ use tokio::time::{Instant, sleep};
 use tokio_workqueue::kube::shard::{ShardConfig, Shards, owner};
 use tokio_workqueue::kube::{Action, Controller};
 
+mod replica_common;
+use replica_common::{Record, TestError};
+
 /// Longer than the local-only replica tests: a real API server writes
 /// through etcd.
 const LEASE: Duration = Duration::from_millis(1_500);
@@ -38,74 +41,7 @@ const LIMIT: Duration = Duration::from_secs(10);
 const KEYS: usize = 24;
 const GROUP: &str = "shards-on-apiserver";
 
-#[derive(Debug)]
-struct TestError;
-
-impl std::fmt::Display for TestError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("test error")
-    }
-}
-
-impl std::error::Error for TestError {}
-
-/// One reconcile: key, the resourceVersion it saw, replica, start, end.
-#[derive(Debug, Clone)]
-struct Run {
-    key: String,
-    version: u64,
-    replica: usize,
-    start: Instant,
-    end: Option<Instant>,
-}
-
-#[derive(Default)]
-struct Record {
-    runs: Mutex<Vec<Run>>,
-}
-
-/// Writes its run's end when dropped, also where a cancelled reconcile
-/// stopped.
-struct Running(Arc<Record>, usize);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.0.runs.lock().unwrap()[self.1].end = Some(Instant::now());
-    }
-}
-
 impl Record {
-    fn start(self: &Arc<Self>, cm: &ConfigMap, replica: usize) -> Running {
-        let mut runs = self.runs.lock().unwrap();
-        runs.push(Run {
-            key: cm.name_any(),
-            version: cm.resource_version().unwrap().parse().unwrap(),
-            replica,
-            start: Instant::now(),
-            end: None,
-        });
-        Running(self.clone(), runs.len() - 1)
-    }
-
-    fn runs(&self) -> Vec<Run> {
-        self.runs.lock().unwrap().clone()
-    }
-
-    /// Panics if two replicas reconciled one key at once.
-    fn check_no_overlap(&self) {
-        let now = Instant::now();
-        let runs = self.runs();
-        for (i, a) in runs.iter().enumerate() {
-            for b in &runs[i + 1..] {
-                let overlap = a.start < b.end.unwrap_or(now) && b.start < a.end.unwrap_or(now);
-                assert!(
-                    !(overlap && a.key == b.key),
-                    "two reconciles of one key at once: {a:?} and {b:?}"
-                );
-            }
-        }
-    }
-
     /// Waits until every change in `changes` (name, resourceVersion) was
     /// reconciled, at or after that version, by one of `by`; returns the
     /// last of those reconciles' starts.
@@ -300,7 +236,7 @@ async fn replicas_split_keys_and_hand_a_crashed_replica_s_over() {
             last - left
         );
 
-        record.check_no_overlap();
+        record.check_no_overlap().unwrap();
         for r in &replicas {
             r.task.abort();
         }

@@ -1,0 +1,128 @@
+//! What the `replica_*` and `shards_on_apiserver` tests share: the
+//! reconcile error, a skewed wall clock, and the record every reconcile
+//! writes of itself (key, the version it saw, replica, start, end), which
+//! the checks read instead of anything the code under test reports.
+
+#![allow(dead_code)] // each test binary uses a different part
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube_client::ResourceExt;
+use tokio::time::Instant;
+
+#[derive(Debug)]
+pub struct TestError;
+
+impl std::fmt::Display for TestError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("test error")
+    }
+}
+
+impl std::error::Error for TestError {}
+
+/// A wall clock `seconds` off the system's.
+pub fn skewed(seconds: i64) -> impl Fn() -> Timestamp + Send + Sync + 'static {
+    move || {
+        Timestamp::now()
+            .checked_add(SignedDuration::from_secs(seconds))
+            .expect("a timestamp in range")
+    }
+}
+
+/// One reconcile: key, replica, start, end (none while it runs).
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub key: String,
+    /// The object's resourceVersion the reconcile saw.
+    pub version: u64,
+    pub replica: usize,
+    pub start: Instant,
+    pub end: Option<Instant>,
+    /// Ran to its end (not dropped half-way).
+    pub finished: bool,
+}
+
+/// Every reconcile, written by the reconcile function itself.
+#[derive(Default)]
+pub struct Record {
+    pub runs: Mutex<Vec<Run>>,
+}
+
+/// Writes the end of its run when dropped: at the end of the reconcile,
+/// or where a cancelled reconcile stopped.
+pub struct Running {
+    record: Arc<Record>,
+    index: usize,
+    finished: bool,
+}
+
+impl Running {
+    /// The reconcile ran to its end.
+    pub fn finish(mut self) {
+        self.finished = true;
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let end = Instant::now();
+        let run = &mut self.record.runs.lock().unwrap()[self.index];
+        run.end = Some(end);
+        run.finished = self.finished;
+    }
+}
+
+impl Record {
+    pub fn start(self: &Arc<Self>, cm: &ConfigMap, replica: usize) -> Running {
+        let mut runs = self.runs.lock().unwrap();
+        runs.push(Run {
+            key: cm.name_any(),
+            version: cm.resource_version().unwrap_or_default().parse().unwrap(),
+            replica,
+            start: Instant::now(),
+            end: None,
+            finished: false,
+        });
+        Running {
+            record: self.clone(),
+            index: runs.len() - 1,
+            finished: false,
+        }
+    }
+
+    pub fn runs(&self) -> Vec<Run> {
+        self.runs.lock().unwrap().clone()
+    }
+
+    /// No two runs of one key overlap in time, whoever ran them (a run
+    /// still going counts as running until now).
+    pub fn check_no_overlap(&self) -> Result<(), String> {
+        let now = Instant::now();
+        let mut by_key: HashMap<String, Vec<Run>> = HashMap::new();
+        for run in self.runs() {
+            by_key.entry(run.key.clone()).or_default().push(run);
+        }
+        for runs in by_key.values_mut() {
+            runs.sort_by_key(|r| r.start);
+            // The run that ends last among those started so far.
+            let mut latest: Option<&Run> = None;
+            for run in runs.iter() {
+                if let Some(prev) = latest
+                    && run.start < prev.end.unwrap_or(now)
+                {
+                    return Err(format!(
+                        "two reconciles of one key at once: {prev:?} and {run:?}"
+                    ));
+                }
+                if latest.is_none_or(|p| run.end.unwrap_or(now) > p.end.unwrap_or(now)) {
+                    latest = Some(run);
+                }
+            }
+        }
+        Ok(())
+    }
+}
