@@ -647,6 +647,28 @@ async fn replica_crash_without_release_hands_its_keys_over() {
     );
     wait_acknowledged(&server.client(), &live).await;
     record.check_no_overlap().unwrap();
+
+    // Left unrenewed for the forget-after time (four lease durations by
+    // default), the crashed replica's Lease is deleted by the others.
+    let forget_after = config(crashed).forget_after();
+    let leases = Api::<Lease>::namespaced(server.client(), "default");
+    let name = format!("{GROUP}-{}", identity(crashed));
+    let deadline = crash + forget_after + 3 * RETRY;
+    while leases.get_opt(&name).await.unwrap().is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "the crashed replica's Lease is still there {:?} after the crash",
+            crash.elapsed()
+        );
+        sleep(Duration::from_millis(10)).await;
+    }
+    let forgotten = crash.elapsed();
+    println!("the crashed replica's Lease was deleted {forgotten:?} after the crash");
+    assert!(
+        forgotten >= forget_after - 2 * RETRY,
+        "deleted after only {forgotten:?}"
+    );
+    assert_eq!(group_leases(server.client()).await.len(), live.len());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

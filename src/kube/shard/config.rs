@@ -30,6 +30,8 @@ use crate::kube::leader::{LeaseConfig, LeaseConfigError};
 pub struct ShardConfig {
     /// The group is the lease config's name.
     lease: LeaseConfig,
+    /// `None`: four lease durations.
+    forget_after: Option<Duration>,
 }
 
 impl ShardConfig {
@@ -45,6 +47,7 @@ impl ShardConfig {
     ) -> Self {
         ShardConfig {
             lease: LeaseConfig::new(group, namespace, identity),
+            forget_after: None,
         }
     }
 
@@ -102,6 +105,27 @@ impl ShardConfig {
         self.lease.fencing_grace()
     }
 
+    /// How long a member's Lease must have stayed unchanged, as this
+    /// replica saw it, before this replica deletes it (default four lease
+    /// durations: 60 s with the default timings). A crashed replica's
+    /// Lease is ignored once it expired; deleting it later only keeps the
+    /// group's Leases from piling up when replicas get new names (a
+    /// Deployment's Pods). A replica whose Lease was deleted while it was
+    /// away makes a new one when it is back.
+    #[must_use]
+    pub fn forget_after(&self) -> Duration {
+        self.forget_after
+            .unwrap_or_else(|| self.lease_duration().saturating_mul(4))
+    }
+
+    /// Sets [`forget_after`](Self::forget_after); it must be longer than
+    /// the lease duration.
+    #[must_use]
+    pub fn with_forget_after(mut self, d: Duration) -> Self {
+        self.forget_after = Some(d);
+        self
+    }
+
     /// Sets the lease duration.
     #[must_use]
     pub fn with_lease_duration(mut self, d: Duration) -> Self {
@@ -124,7 +148,8 @@ impl ShardConfig {
     }
 
     /// Checks client-go's rules ([`LeaseConfig::validate`]), that the group
-    /// is a label value, that the identity has no comma (acknowledgements
+    /// is a label value, that the forget-after time is longer than the
+    /// lease duration, that the identity has no comma (acknowledgements
     /// list identities comma-separated) and that the Lease name fits in
     /// 253 characters.
     ///
@@ -144,6 +169,12 @@ impl ShardConfig {
             return Err(LeaseConfigError::Invalid {
                 field: "group",
                 why: "must be a label value: at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit",
+            });
+        }
+        if self.forget_after() <= self.lease_duration() {
+            return Err(LeaseConfigError::Invalid {
+                field: "forget-after time",
+                why: "must be longer than the lease duration",
             });
         }
         if self.identity().contains(',') {
@@ -201,6 +232,16 @@ mod tests {
             .with_retry_period(Duration::from_millis(100));
         assert_eq!(c.validate(), Ok(()));
         assert_eq!(c.fencing_grace(), Duration::from_millis(100));
+        assert_eq!(c.forget_after(), Duration::from_millis(2_400));
+        let bad = c.clone().with_forget_after(Duration::from_millis(600));
+        assert!(
+            bad.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("forget-after")
+        );
+        let c = c.with_forget_after(Duration::from_millis(601));
+        assert_eq!(c.validate(), Ok(()));
         let c = c.with_retry_period(Duration::from_millis(400));
         assert!(matches!(
             c.validate(),

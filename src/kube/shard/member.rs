@@ -9,7 +9,7 @@ use futures_util::future;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
-use kube_client::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
+use kube_client::api::{DeleteParams, ListParams, ObjectMeta, PostParams, Preconditions};
 use kube_client::{Api, Client};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -198,6 +198,8 @@ impl Drop for Member {
 struct Observed {
     version: Option<String>,
     at: Instant,
+    /// When this replica last tried to delete it as stale.
+    forgot: Option<Instant>,
 }
 
 struct Task {
@@ -296,16 +298,26 @@ impl Task {
                 continue;
             };
             let version = lease.metadata.resource_version.clone();
-            let at = match self.observed.remove(&name) {
-                Some(o) if o.version == version => o.at,
-                _ => now,
+            let (at, mut forgot) = match self.observed.remove(&name) {
+                Some(o) if o.version == version => (o.at, o.forgot),
+                _ => (now, None),
             };
             let holder = lease
                 .spec
                 .as_ref()
                 .and_then(|s| s.holder_identity.clone())
                 .filter(|h| !h.is_empty());
-            let alive = now.saturating_duration_since(at) < lease_duration;
+            let unchanged_for = now.saturating_duration_since(at);
+            let alive = unchanged_for < lease_duration;
+            // Tried again a forget-after time later if it is still there.
+            let forget_after = self.config.forget_after();
+            if name != own_name
+                && unchanged_for >= forget_after
+                && forgot.is_none_or(|t| now.saturating_duration_since(t) >= forget_after)
+            {
+                self.forget(&name, version.clone());
+                forgot = Some(now);
+            }
             if name == own_name {
                 // Our own record: the one the next renewal writes over.
                 self.own = Some(lease.clone());
@@ -324,7 +336,14 @@ impl Task {
                 members.push(holder.clone());
                 others.push((holder, ack));
             }
-            seen.insert(name, Observed { version, at });
+            seen.insert(
+                name,
+                Observed {
+                    version,
+                    at,
+                    forgot,
+                },
+            );
         }
         self.observed = seen;
         let renew_deadline = self.config.renew_deadline();
@@ -338,6 +357,31 @@ impl Task {
             others,
             renewed: self.renewed,
         })
+    }
+
+    /// Deletes a Lease nobody renewed for the forget-after time, on the
+    /// condition that it is still the version we saw: a renewal that came
+    /// in between wins. Every member may try; one succeeds. It runs on a
+    /// task of its own, so it never holds up a round (and with it the
+    /// renewals).
+    fn forget(&self, name: &str, version: Option<String>) {
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                resource_version: version,
+                uid: None,
+            }),
+            ..DeleteParams::default()
+        };
+        let api = self.api.clone();
+        let name = name.to_string();
+        tokio::spawn(async move {
+            match api.delete(&name, &params).await {
+                Ok(_) => tracing::info!(lease = %name, "deleted a shard lease nobody renewed"),
+                Err(error) => {
+                    tracing::debug!(%error, lease = %name, "did not delete a stale shard lease");
+                }
+            }
+        });
     }
 
     async fn run(mut self) {

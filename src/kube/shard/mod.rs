@@ -71,7 +71,7 @@
 //! | the API server is unreachable for everyone | every replica fences; nothing runs until it is back |
 //! | a paused process (GC, `SIGSTOP`) | as with leader election: a process paused for longer than lease duration minus renew deadline between its check and its action can act after others took over; keep reconciles idempotent |
 //! | two replicas with one identity | they write one Lease and fight over it (409s); identities must be unique (the Pod name) |
-//! | crashed replicas with random names (a Deployment) | their expired Leases stay in the namespace until deleted; they are ignored, but every read lists them. A StatefulSet's stable names reuse them |
+//! | Leases of crashed replicas | ignored once expired, and deleted by the others once unchanged for [`ShardConfig::forget_after`] (four lease durations by default), with the version they saw as a precondition so a late renewal wins; a replica whose Lease was deleted while it was away makes a new one when it is back |
 //!
 //! What was verified where: `tests/replica_shards.rs` runs replicas in one
 //! process against this repository's local API server
