@@ -36,7 +36,7 @@ use kube_client::{Api, Client, ResourceExt};
 use kube_local_apiserver::{Endpoint, LocalApiServer};
 use kube_runtime::watcher;
 use serde_json::json;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep};
 use tokio_workqueue::kube::leader::{LeaderElection, LeaseConfig, LeaseConfigError};
@@ -369,6 +369,8 @@ struct Replica {
     fenced: Arc<AtomicUsize>,
     /// Makes its reconciles slow (see `Ctx::slow`).
     slow: Arc<AtomicBool>,
+    /// While true, nobody polls its controller stream.
+    stall: watch::Sender<bool>,
 }
 
 impl Replica {
@@ -406,18 +408,30 @@ impl Replica {
         let errors = Arc::new(Mutex::new(Vec::new()));
         let fenced = Arc::new(AtomicUsize::new(0));
         let (reported, counted) = (errors.clone(), fenced.clone());
-        let task = tokio::spawn(stream.for_each(move |item| {
-            if let Err(e) = item {
-                if matches!(
-                    e,
-                    Error::QueueError(ControllerError::ReconcileFenced { .. })
-                ) {
-                    counted.fetch_add(1, Ordering::SeqCst);
+        let (stall, mut stalled) = watch::channel(false);
+        // Consumes the stream, except while stalled: then nobody polls it.
+        let task = tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            loop {
+                if *stalled.borrow_and_update() {
+                    let _ = stalled.wait_for(|s| !*s).await;
                 }
-                reported.lock().unwrap().push(e.to_string());
+                let item = tokio::select! {
+                    item = stream.next() => item,
+                    _ = stalled.wait_for(|s| *s) => continue,
+                };
+                let Some(item) = item else { return };
+                if let Err(e) = item {
+                    if matches!(
+                        e,
+                        Error::QueueError(ControllerError::ReconcileFenced { .. })
+                    ) {
+                        counted.fetch_add(1, Ordering::SeqCst);
+                    }
+                    reported.lock().unwrap().push(e.to_string());
+                }
             }
-            async {}
-        }));
+        });
         Replica {
             endpoint,
             task,
@@ -425,6 +439,7 @@ impl Replica {
             errors,
             fenced,
             slow,
+            stall,
         }
     }
 
@@ -648,12 +663,20 @@ async fn replica_crash_without_release_hands_its_keys_over() {
     wait_acknowledged(&server.client(), &live).await;
     record.check_no_overlap().unwrap();
 
-    // Left unrenewed for the forget-after time (four lease durations by
-    // default), the crashed replica's Lease is deleted by the others.
-    let forget_after = config(crashed).forget_after();
+    // The others took its keys only after writing its Lease as released
+    // (so a renewal of its landing late fails).
     let leases = Api::<Lease>::namespaced(server.client(), "default");
     let name = format!("{GROUP}-{}", identity(crashed));
-    let deadline = crash + forget_after + 3 * RETRY;
+    let lease = leases.get(&name).await.unwrap();
+    assert_eq!(
+        lease.spec.and_then(|s| s.holder_identity),
+        None,
+        "the expired Lease was not released"
+    );
+    // Left so for the forget-after time (four lease durations by default),
+    // it is deleted by the others.
+    let forget_after = config(crashed).forget_after();
+    let deadline = crash + LEASE + forget_after + 4 * RETRY;
     while leases.get_opt(&name).await.unwrap().is_some() {
         assert!(
             Instant::now() < deadline,
@@ -665,7 +688,7 @@ async fn replica_crash_without_release_hands_its_keys_over() {
     let forgotten = crash.elapsed();
     println!("the crashed replica's Lease was deleted {forgotten:?} after the crash");
     assert!(
-        forgotten >= forget_after - 2 * RETRY,
+        forgotten >= LEASE + forget_after - 2 * RETRY,
         "deleted after only {forgotten:?}"
     );
     assert_eq!(group_leases(server.client()).await.len(), live.len());
@@ -853,7 +876,7 @@ async fn replica_clock_5s_ahead_or_behind_changes_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn replica_graceful_shutdown_deletes_its_lease_and_hands_over() {
+async fn replica_graceful_shutdown_releases_its_lease_and_hands_over() {
     let (server, names, changes) = server_with(30).await;
     let record = Arc::new(Record::default());
     let mut replicas = start_all(&server, 3, &record, |_| Opts::default());
@@ -875,11 +898,27 @@ async fn replica_graceful_shutdown_deletes_its_lease_and_hands_over() {
         .unwrap();
     let ended = Instant::now();
     println!("graceful shutdown took {:?}", ended - asked);
+    // Released: no holder, nothing acknowledged (the others delete it
+    // after the forget-after time).
     let lease = Api::<Lease>::namespaced(server.client(), "default")
-        .get_opt(&config(leaving).lease_name())
+        .get(&config(leaving).lease_name())
         .await
         .unwrap();
-    assert!(lease.is_none(), "the lease is still there: {lease:?}");
+    assert_eq!(
+        lease.spec.as_ref().and_then(|s| s.holder_identity.clone()),
+        None,
+        "the lease was not released: {lease:?}"
+    );
+    assert_eq!(
+        lease
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ACK_ANNOTATION))
+            .map(String::as_str),
+        Some(""),
+        "the released lease still acknowledges a set"
+    );
 
     // Its keys are queued on their new owners, which start them at their
     // next read of the group.
@@ -1171,4 +1210,125 @@ async fn replica_record_checks_can_fail() {
             .check_owners_since(t, &names, &all)
             .is_err()
     );
+}
+
+/// The fence runs in the reconciles' own tasks: a replica cut off while
+/// nobody polls its controller stream (a consumer busy with one item)
+/// still stops what it runs before the others take its keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replica_fences_even_while_its_stream_is_not_polled() {
+    let (server, names, changes) = server_with(30).await;
+    let record = Arc::new(Record::default());
+    let replicas = start_all(&server, 3, &record, |_| Opts {
+        work: Duration::from_millis(150),
+        requeue: Some(Duration::from_millis(50)),
+        ..Opts::default()
+    });
+    let all = [0, 1, 2];
+    let cut_off = 2;
+    let settled = wait_acknowledged(&server.client(), &all).await;
+    wait_until("every key reconciled by its owner", LIMIT, || {
+        record.check_owners_since(settled, &names, &all)
+    })
+    .await;
+
+    replicas[cut_off].slow.store(true, Ordering::SeqCst);
+    let slowed = Instant::now();
+    record
+        .wait_first("a slow reconcile starts", slowed, |r| r.replica == cut_off)
+        .await;
+    replicas[cut_off].stall.send_replace(true);
+    replicas[cut_off].endpoint.disconnect();
+    let cut = Instant::now();
+    let owners = owners(&names, &all);
+    let taken = record
+        .wait_first(
+            "another replica starts a key of the cut-off one",
+            cut,
+            |r| owners[&r.key] == cut_off && r.replica != cut_off,
+        )
+        .await;
+    let old: Vec<Run> = record
+        .runs()
+        .into_iter()
+        .filter(|r| r.replica == cut_off)
+        .collect();
+    for run in &old {
+        let end = run
+            .end
+            .unwrap_or_else(|| panic!("{run:?} still runs at the takeover"));
+        assert!(end <= taken.start, "{run:?} ran when {taken:?} started");
+    }
+    let last_end = old.iter().filter_map(|r| r.end).max().unwrap();
+    println!(
+        "unpolled cut-off replica stopped {:?} after the cut",
+        last_end - cut
+    );
+    assert!(
+        last_end - cut <= RENEW + config(0).fencing_grace() + RETRY,
+        "stopped {:?} after the cut",
+        last_end - cut
+    );
+    assert!(
+        old.iter().any(|r| !r.finished && r.start >= slowed),
+        "nothing was in flight past the grace"
+    );
+    record.check_no_overlap().unwrap();
+
+    replicas[cut_off].slow.store(false, Ordering::SeqCst);
+    replicas[cut_off].endpoint.reconnect();
+    replicas[cut_off].stall.send_replace(false);
+    let resettled = wait_acknowledged(&server.client(), &all).await;
+    wait_until("every key reconciled by its owner again", LIMIT, || {
+        record.check_owners_since(resettled, &names, &all)
+    })
+    .await;
+    changes.set_all(&server, &names, "after the return");
+    final_checks(&record, &changes, &all).await;
+}
+
+/// Someone deletes a live member's Lease: the others keep it a member (with
+/// its last acknowledgement) until it would expire, so they never start
+/// its keys while it runs them; it makes a new Lease at its next renewal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replica_whose_lease_is_deleted_keeps_its_keys() {
+    let (server, names, changes) = server_with(30).await;
+    let record = Arc::new(Record::default());
+    let _replicas = start_all(&server, 3, &record, |_| Opts {
+        work: Duration::from_millis(150),
+        requeue: Some(Duration::from_millis(50)),
+        ..Opts::default()
+    });
+    let all = [0, 1, 2];
+    let victim = 2;
+    let settled = wait_acknowledged(&server.client(), &all).await;
+    wait_until("every key reconciled by its owner", LIMIT, || {
+        record.check_owners_since(settled, &names, &all)
+    })
+    .await;
+
+    let leases = Api::<Lease>::namespaced(server.client(), "default");
+    let name = config(victim).lease_name();
+    leases.delete(&name, &Default::default()).await.unwrap();
+    let deleted = Instant::now();
+    // Watch for a few rounds (well short of a lease duration): its keys
+    // stay with it.
+    sleep(4 * RETRY).await;
+    let owners = owners(&names, &all);
+    if let Some(r) = record
+        .runs()
+        .iter()
+        .find(|r| r.start >= deleted && owners[&r.key] == victim && r.replica != victim)
+    {
+        panic!("{r:?} took a key of the replica whose Lease was deleted");
+    }
+    record.check_no_overlap().unwrap();
+    let again = leases.get_opt(&name).await.unwrap();
+    assert!(
+        again.and_then(|l| l.spec?.holder_identity).as_deref() == Some(identity(victim).as_str()),
+        "the replica did not make its Lease again"
+    );
+    changes.set_all(&server, &names, "after the deletion");
+    final_checks(&record, &changes, &all).await;
+    record.check_owners_since(deleted, &names, &all).unwrap();
 }

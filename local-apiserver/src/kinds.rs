@@ -56,6 +56,10 @@ pub struct KindSpec {
     /// Accepts strategic merge patches. Built-in kinds do; custom resources
     /// answer 415, as on a real server.
     pub strategic_merge: bool,
+    /// An update (`PUT`) of a missing object creates it, whatever
+    /// resourceVersion it carries, as kube-apiserver's registry does for
+    /// kinds that allow create on update (Leases among them).
+    pub create_on_update: bool,
 }
 
 impl KindSpec {
@@ -73,6 +77,7 @@ impl KindSpec {
             unconditional_update: true,
             selectable_fields: Vec::new(),
             strategic_merge: true,
+            create_on_update: false,
         }
     }
 
@@ -103,6 +108,12 @@ impl KindSpec {
     /// resources do).
     pub fn without_unconditional_update(mut self) -> KindSpec {
         self.unconditional_update = false;
+        self
+    }
+
+    /// Creating a missing object on update (as Leases do).
+    pub fn with_create_on_update(mut self) -> KindSpec {
+        self.create_on_update = true;
         self
     }
 
@@ -350,9 +361,12 @@ fn builtins() -> Vec<KindSpec> {
             .with_short_names(["no"])
             .with_selectable_fields(["spec.unschedulable"]),
         // Leases refuse updates without a resourceVersion, as CRDs and
-        // custom resources do: leader election depends on it.
+        // custom resources do: leader election depends on it. An update of
+        // a missing Lease creates it (kube-apiserver's Lease strategy
+        // allows create on update).
         KindSpec::namespaced("coordination.k8s.io", "v1", "Lease", "leases")
-            .without_unconditional_update(),
+            .without_unconditional_update()
+            .with_create_on_update(),
         KindSpec::namespaced("events.k8s.io", "v1", "Event", "events").with_short_names(["ev"]),
         apps("Deployment", "deployments").with_short_names(["deploy"]),
         apps("ReplicaSet", "replicasets").with_short_names(["rs"]),

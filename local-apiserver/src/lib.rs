@@ -80,7 +80,9 @@
 //!   event (`Status` code 410, reason `Expired`) for a compacted version.
 //! * **Replace** (PUT): 409 Conflict for a stale `metadata.resourceVersion`,
 //!   unconditional without one (except for Leases, CRDs and custom
-//!   resources: 422);
+//!   resources: 422); a PUT of a missing Lease creates it, whatever
+//!   resourceVersion it carries (409 if it carries a uid), as
+//!   kube-apiserver's Lease strategy allows create on update;
 //!   `generation` grows when anything outside metadata (and status)
 //!   changes; a write that changes nothing makes no new version and no
 //!   event.

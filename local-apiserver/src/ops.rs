@@ -190,11 +190,32 @@ impl Store {
         kind: &KindSpec,
         ns: &str,
         name: &str,
-        body: Value,
+        mut body: Value,
         status_only: bool,
         dry_run: bool,
     ) -> Result<Arc<Value>, ApiError> {
-        let old = self.get(kind, ns, name)?;
+        let old = match self.get(kind, ns, name) {
+            Ok(old) => old,
+            Err(e) if e.code == 404 && kind.create_on_update && !status_only => {
+                if let Some(meta) = body.get_mut("metadata").and_then(Value::as_object_mut) {
+                    // As kube-apiserver: the uid is a precondition no
+                    // missing object meets; the resourceVersion is ignored.
+                    if let Some(uid) = meta.get("uid").and_then(Value::as_str) {
+                        return Err(ApiError::new(
+                            409,
+                            "Conflict",
+                            format!(
+                                "Operation cannot be fulfilled on {}.{} \"{name}\": Precondition failed: UID in precondition: {uid}, UID in object meta: ",
+                                kind.plural, kind.group
+                            ),
+                        ));
+                    }
+                    meta.remove("resourceVersion");
+                }
+                return self.create(kind, ns, body, dry_run);
+            }
+            Err(e) => return Err(e),
+        };
         match resource_version(&body) {
             Some(rv) if Some(rv) != resource_version(&old) => {
                 return Err(ApiError::stale(&kind.group, &kind.plural, name));

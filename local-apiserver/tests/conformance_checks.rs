@@ -35,6 +35,7 @@ check!(deletion_waits_for_finalizers);
 check!(deletion_preconditions_conflict);
 check!(finalizer_helper_flow);
 check!(leases_conflict_on_a_stale_resource_version);
+check!(lease_patches_never_create_but_updates_do);
 check!(status_subresource_on_deployments);
 check!(custom_resources_through_a_crd);
 check!(namespace_deletion_removes_its_objects);

@@ -46,6 +46,7 @@ checks!(
     deletion_preconditions_conflict,
     finalizer_helper_flow,
     leases_conflict_on_a_stale_resource_version,
+    lease_patches_never_create_but_updates_do,
     status_subresource_on_deployments,
     custom_resources_through_a_crd,
     // Needs kube-controller-manager's namespace controller on a real

@@ -104,3 +104,83 @@ pub async fn leases_conflict_on_a_stale_resource_version(client: Client, ns: &st
         .expect("list the group");
     assert_eq!(group.items.len(), 2);
 }
+
+/// What shard membership relies on: a merge patch carrying a
+/// resourceVersion is a precondition (409 when stale) and never creates a
+/// missing Lease (404), and it clears a field set to `null`; while an
+/// update (`PUT`) of a missing Lease without a uid creates it, even with a
+/// stale resourceVersion (Leases allow create on update; with the old
+/// uid it is a 409): which is why a renewal that may land late is a
+/// patch.
+pub async fn lease_patches_never_create_but_updates_do(client: Client, ns: &str) {
+    use kube_client::api::{Patch, PatchParams};
+    use serde_json::json;
+
+    let api: Api<Lease> = Api::namespaced(client, ns);
+    let pp = PostParams::default();
+    let created = api
+        .create(&pp, &lease("member", "replica-a"))
+        .await
+        .unwrap();
+    let version = created.resource_version();
+    let patch = |rv: Option<String>, holder: serde_json::Value| {
+        Patch::Merge(json!({
+            "metadata": { "resourceVersion": rv },
+            "spec": { "holderIdentity": holder },
+        }))
+    };
+    let released = api
+        .patch(
+            "member",
+            &PatchParams::default(),
+            &patch(version.clone(), json!(null)),
+        )
+        .await
+        .expect("a patch at the version read");
+    assert_eq!(released.spec.unwrap().holder_identity, None);
+    let (code, reason) = api_error(
+        "a patch at a stale version",
+        api.patch(
+            "member",
+            &PatchParams::default(),
+            &patch(version.clone(), json!("replica-b")),
+        )
+        .await,
+    );
+    assert_eq!((code, reason.as_str()), (409, "Conflict"));
+
+    api.delete("member", &Default::default()).await.unwrap();
+    let (code, reason) = api_error(
+        "a patch of a deleted Lease",
+        api.patch(
+            "member",
+            &PatchParams::default(),
+            &patch(version.clone(), json!("replica-a")),
+        )
+        .await,
+    );
+    assert_eq!((code, reason.as_str()), (404, "NotFound"));
+    assert!(api.get_opt("member").await.unwrap().is_none());
+
+    // An update carrying the deleted Lease's uid is refused (the uid is a
+    // precondition)...
+    let mut late = created.clone();
+    late.metadata.resource_version.clone_from(&version);
+    let (code, reason) = api_error(
+        "an update of a deleted Lease with its uid",
+        api.replace("member", &pp, &late).await,
+    );
+    assert_eq!((code, reason.as_str()), (409, "Conflict"));
+    assert!(api.get_opt("member").await.unwrap().is_none());
+    // ... one without a uid creates it, stale resourceVersion and all.
+    late.metadata.uid = None;
+    let back = api
+        .replace("member", &pp, &late)
+        .await
+        .expect("an update of a missing Lease creates it");
+    assert_eq!(
+        back.spec.unwrap().holder_identity.as_deref(),
+        Some("replica-a")
+    );
+    assert!(api.get_opt("member").await.unwrap().is_some());
+}

@@ -39,7 +39,9 @@ pub use deletion::{
     deletion_preconditions_conflict, deletion_waits_for_finalizers, finalizer_helper_flow,
     namespace_deletion_removes_its_objects,
 };
-pub use leases::leases_conflict_on_a_stale_resource_version;
+pub use leases::{
+    lease_patches_never_create_but_updates_do, leases_conflict_on_a_stale_resource_version,
+};
 pub use lists::{
     label_and_field_selectors, pagination_is_consistent, pods_by_their_own_field_selectors,
 };
@@ -81,6 +83,7 @@ pub async fn all(client: Client, ns: &str) {
     deletion_preconditions_conflict(client.clone(), ns).await;
     finalizer_helper_flow(client.clone(), ns).await;
     leases_conflict_on_a_stale_resource_version(client.clone(), ns).await;
+    lease_patches_never_create_but_updates_do(client.clone(), ns).await;
     status_subresource_on_deployments(client.clone(), ns).await;
     custom_resources_through_a_crd(client, ns).await;
 }

@@ -656,9 +656,9 @@ where
     /// renew deadline, gets [`ShardConfig::fencing_grace`] to finish before
     /// it is cancelled and reported as
     /// [`ControllerError::ReconcileFenced`]. When the stream ends (a
-    /// shutdown, or every trigger ended) the replica deletes its Lease, so
+    /// shutdown, or every trigger ended) the replica releases its Lease, so
     /// the others take its keys at their next read; dropping the stream
-    /// deletes nothing, as a crash.
+    /// releases nothing, as a crash.
     ///
     /// The membership starts at the stream's first poll. A config that
     /// breaks the rules ([`ShardConfig::validate`]) is reported as the

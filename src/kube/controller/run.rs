@@ -31,13 +31,12 @@ use kube_runtime::controller::{Action, Error, ReconcileReason};
 use kube_runtime::reflector::{ObjectRef, Store};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::error::{ControllerError, RunResult};
 use super::leadership::{Fence, Leadership};
 use super::settings::requeue_after;
-use super::sharding::{Check, Sharding};
+use super::sharding::{Check, ShardStop, Sharding};
 use super::triggers::{Trigger, TriggerStream};
 use crate::kube::WatchPriorities;
 use crate::ordering::Ordering;
@@ -355,9 +354,12 @@ where
         };
         let old = shards.members();
         if !shards.poll(cx).view {
+            shards.poll_timers(cx);
             return;
         }
         let resharded = shards.reshard(&old, &self.store);
+        // The view may have set the timers.
+        shards.poll_timers(cx);
         for key in &resharded.lost {
             self.reasons.remove(key);
         }
@@ -511,11 +513,11 @@ where
         };
         let timeout = self.settings.reconcile_timeout;
         let fence = self.leader.as_ref().and_then(Leadership::fence);
-        let cancel = self.shards.as_mut().map(|s| s.started(&key));
+        let stop = self.shards.as_mut().and_then(|s| s.started(&key));
         let finished: BoxFuture<'static, Finished<K, O, Fut::Error>> = match made {
             Ok(future) => {
                 let mut task = AbortOnDrop(tokio::spawn(
-                    run_one(TryFutureExt::into_future(future), timeout, fence, cancel)
+                    run_one(TryFutureExt::into_future(future), timeout, fence, stop)
                         .instrument(span),
                 ));
                 async move {
@@ -698,26 +700,26 @@ fn refused<K: Resource, E>(key: ObjectRef<K>, error: AddError) -> RunResult<K, E
 /// Runs one reconcile to its end, catching a panic and applying the
 /// timeout and the fence: a reconcile started under a leadership is
 /// dropped the fencing grace after that leadership ends, and one of a
-/// sharded controller when its token is cancelled.
+/// sharded controller when its [`ShardStop`] says so.
 async fn run_one<F, E>(
     future: F,
     timeout: Option<Duration>,
     fence: Option<Fence>,
-    cancel: Option<CancellationToken>,
+    stop: Option<ShardStop>,
 ) -> (Outcome<E>, Duration)
 where
     F: std::future::Future<Output = Result<Action, E>>,
 {
-    if fence.is_none() && cancel.is_none() {
+    if fence.is_none() && stop.is_none() {
         return run_timed(future, timeout).await;
     }
     if fence.as_ref().is_some_and(|f| !f.holds()) {
         return (Outcome::Fenced, Duration::ZERO);
     }
     let stop = async move {
-        match (fence, cancel) {
+        match (fence, stop) {
             (Some(fence), _) => fence.ended().await,
-            (None, Some(token)) => token.cancelled_owned().await,
+            (None, Some(stop)) => stop.ended().await,
             (None, None) => future::pending().await,
         }
     };

@@ -11,6 +11,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures_util::FutureExt;
+use futures_util::future;
 use futures_util::future::BoxFuture;
 use kube_client::Resource;
 use kube_runtime::reflector::{ObjectRef, Store};
@@ -19,7 +20,7 @@ use tokio::time::{Instant, Sleep, sleep_until};
 use tokio_util::sync::CancellationToken;
 
 use super::watched::Watched;
-use crate::kube::shard::{Member, Members, Shards, View, key_hash};
+use crate::kube::shard::{Declared, Member, Members, Shards, View, key_hash};
 
 /// The key string the shards hash: `namespace/name`, or `name`.
 fn hash_of<K: Resource>(key: &ObjectRef<K>) -> u64 {
@@ -49,8 +50,9 @@ where
     grace: Duration,
     view: Arc<View>,
     watched: Option<Watched<Arc<View>>>,
-    /// What this replica is ready to acknowledge; the membership writes it.
-    declared: watch::Sender<Members>,
+    /// What this replica is ready to acknowledge, numbered; the membership
+    /// writes it.
+    declared: watch::Sender<Declared>,
     /// Fires when the last renewal runs out.
     fence: Option<Pin<Box<Sleep>>>,
     fenced: bool,
@@ -76,7 +78,7 @@ where
     /// `shards`' config must have been validated.
     pub(crate) fn new(shards: Shards, dyntype: K::DynamicType) -> Self {
         let config = shards.config();
-        let (declared, _) = watch::channel(Members::default());
+        let (declared, _) = watch::channel((0, Members::default()));
         Sharding {
             group: config.group().to_string(),
             renew_deadline: config.renew_deadline(),
@@ -100,8 +102,7 @@ where
     }
 
     /// Starts the membership on the first call; tells whether the view
-    /// changed (then [`reshard`](Self::reshard)). Runs the fence and the
-    /// cancellation timers.
+    /// changed (then [`reshard`](Self::reshard)).
     pub(crate) fn poll(&mut self, cx: &mut Context<'_>) -> Update {
         let mut update = Update::default();
         if let Some(shards) = self.shards.take() {
@@ -123,6 +124,12 @@ where
                 self.arm_fence();
             }
         }
+        update
+    }
+
+    /// Runs the fence and the cancellation timers; call it after
+    /// [`reshard`](Self::reshard), which may set them.
+    pub(crate) fn poll_timers(&mut self, cx: &mut Context<'_>) {
         if let Some(fence) = &mut self.fence
             && fence.as_mut().poll(cx).is_ready()
         {
@@ -139,7 +146,6 @@ where
                 }
             }
         }
-        update
     }
 
     /// Sets the fence timer from the view's last renewal.
@@ -182,9 +188,21 @@ where
         self.view.owns(hash_of(key))
     }
 
-    /// Whether `key` may start now.
+    /// Whether `key` may start now: not fenced (checked against the clock
+    /// too, in case the timer has not run yet), the view has seen every
+    /// declaration sent (so its acknowledgements cover all that may be on
+    /// our Lease), the latest declaration gives it to us, and the view
+    /// clears it.
     fn may_start(&self, key: u64) -> bool {
-        !self.fenced && self.view.cleared(key) && self.declared.borrow().gives(key, &self.view.me)
+        let declared = self.declared.borrow();
+        !self.fenced
+            && self
+                .view
+                .renewed
+                .is_some_and(|r| Instant::now() < r + self.renew_deadline)
+            && self.view.declared == declared.0
+            && declared.1.gives(key, &self.view.me)
+            && self.view.cleared(key)
     }
 
     /// What to do with a key the queue handed out.
@@ -201,11 +219,17 @@ where
         }
     }
 
-    /// A reconcile of `key` starts: what cancels it.
-    pub(crate) fn started(&mut self, key: &ObjectRef<K>) -> CancellationToken {
+    /// A reconcile of `key` starts: what ends it early.
+    pub(crate) fn started(&mut self, key: &ObjectRef<K>) -> Option<ShardStop> {
+        let view = self.watched.as_ref()?.receiver().clone();
         let token = CancellationToken::new();
         self.running.insert(key.clone(), token.clone());
-        token
+        Some(ShardStop {
+            token,
+            view,
+            renew_deadline: self.renew_deadline,
+            grace: self.grace,
+        })
     }
 
     /// A reconcile of `key` ended; acknowledges the view if that was the
@@ -221,12 +245,13 @@ where
         let view = &self.view;
         if self.running.keys().all(|k| view.owns(hash_of(k))) {
             let members = view.members.clone();
-            self.declared.send_if_modified(|d| {
-                if *d == members {
+            self.declared.send_if_modified(|(number, declared)| {
+                if *declared == members {
                     return false;
                 }
                 tracing::debug!(?members, "acknowledging the shard view");
-                *d = members;
+                *number += 1;
+                *declared = members;
                 true
             });
         }
@@ -266,18 +291,16 @@ where
         self.declare();
         let mut cleared = Vec::new();
         let mut lost = Vec::new();
-        self.parked.retain(|key| {
-            let hash = hash_of(key);
+        for key in std::mem::take(&mut self.parked) {
+            let hash = hash_of(&key);
             if !view.owns(hash) {
-                lost.push(key.clone());
-                return false;
+                lost.push(key);
+            } else if self.may_start(hash) {
+                cleared.push(key);
+            } else {
+                self.parked.insert(key);
             }
-            if !self.fenced && view.cleared(hash) && self.declared.borrow().gives(hash, me) {
-                cleared.push(key.clone());
-                return false;
-            }
-            true
-        });
+        }
         Resharded { cleared, lost }
     }
 
@@ -307,6 +330,56 @@ where
         self.leaving = None;
         self.left = true;
         Poll::Ready(())
+    }
+}
+
+/// What ends a reconcile of a sharded controller early: the hand-over of
+/// its key (the runner cancels the token a grace after the view that
+/// took the key away), or the fence, which runs in the reconcile's own
+/// task so that it holds even while nobody polls the controller's stream:
+/// a grace after the renew deadline of the last renewal the membership
+/// published.
+pub(crate) struct ShardStop {
+    token: CancellationToken,
+    view: watch::Receiver<Arc<View>>,
+    renew_deadline: Duration,
+    grace: Duration,
+}
+
+impl ShardStop {
+    /// Completes when the reconcile must stop.
+    pub(crate) async fn ended(self) {
+        let ShardStop {
+            token,
+            mut view,
+            renew_deadline,
+            grace,
+        } = self;
+        let fence = async move {
+            loop {
+                let Some(renewed) = view.borrow_and_update().renewed else {
+                    return;
+                };
+                let until = renewed + renew_deadline + grace;
+                if Instant::now() >= until {
+                    return;
+                }
+                let timer = std::pin::pin!(sleep_until(until));
+                let changed = std::pin::pin!(view.changed());
+                match future::select(timer, changed).await {
+                    // Looked at again: a renewal may have come with it.
+                    future::Either::Left(_) | future::Either::Right((Ok(()), _)) => {}
+                    // The membership is gone: nothing renews any more.
+                    future::Either::Right((Err(_), _)) => {
+                        sleep_until(until).await;
+                        return;
+                    }
+                }
+            }
+        };
+        let cancelled = std::pin::pin!(token.cancelled_owned());
+        let fence = std::pin::pin!(fence);
+        future::select(cancelled, fence).await;
     }
 }
 

@@ -9,7 +9,9 @@ use futures_util::future;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
-use kube_client::api::{DeleteParams, ListParams, ObjectMeta, PostParams, Preconditions};
+use kube_client::api::{
+    DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams, Preconditions,
+};
 use kube_client::{Api, Client};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -82,10 +84,10 @@ impl Shards {
     }
 
     /// Starts renewing and reading on a task; `declared` is the member set
-    /// this replica is ready to acknowledge.
+    /// this replica is ready to acknowledge, with its number.
     pub(crate) fn start(
         self,
-        declared: watch::Receiver<Members>,
+        declared: watch::Receiver<Declared>,
     ) -> Result<Member, LeaseConfigError> {
         self.config.validate()?;
         let me: Arc<str> = self.config.identity().into();
@@ -96,6 +98,7 @@ impl Shards {
             clock: self.clock,
             me,
             declared,
+            sent: 0,
             acked: vec![Members::default()],
             own: None,
             observed: HashMap::new(),
@@ -107,9 +110,14 @@ impl Shards {
             task: Some(tokio::spawn(task.run())),
             api: self.api,
             name: self.config.lease_name(),
+            me: self.config.identity().to_string(),
         })
     }
 }
+
+/// A member set this replica is ready to acknowledge, numbered from 1 in
+/// the order it was declared (0: nothing declared yet).
+pub(crate) type Declared = (u64, Members);
 
 /// What this replica knows of its group after one round of renewing its
 /// Lease and reading the group's.
@@ -128,6 +136,9 @@ pub(crate) struct View {
     /// When the last successful renewal was sent: this replica may act
     /// until a renew deadline after it.
     pub(crate) renewed: Option<Instant>,
+    /// The number of the last declaration sent before the read: `acked`
+    /// covers every declaration up to it.
+    pub(crate) declared: u64,
 }
 
 impl View {
@@ -139,6 +150,7 @@ impl View {
             acked: vec![Members::default()],
             others: Vec::new(),
             renewed: None,
+            declared: 0,
         }
     }
 
@@ -165,24 +177,68 @@ pub(crate) struct Member {
     task: Option<JoinHandle<()>>,
     api: Api<Lease>,
     name: String,
+    me: String,
 }
 
 impl Member {
-    /// Stops the task and deletes this replica's Lease, so the others take
-    /// its keys at their next read. Call it only with nothing in flight.
+    /// Stops the task and releases this replica's Lease (clears its holder
+    /// and acknowledgement, as a released leader lease), so the others
+    /// take its keys at their next read; they delete it later (see
+    /// [`ShardConfig::forget_after`]). Call it only with nothing in flight.
     pub(crate) async fn leave(mut self) {
         if let Some(task) = self.task.take() {
             task.abort();
             let _ = task.await;
         }
-        match self.api.delete(&self.name, &DeleteParams::default()).await {
-            Ok(_) => tracing::info!(lease = %self.name, "left the shard group"),
-            Err(kube_client::Error::Api(s)) if s.code == 404 => {}
-            Err(error) => {
-                tracing::warn!(%error, lease = %self.name, "could not delete the shard lease; it will expire");
+        // A renewal the task had on the wire carries an older
+        // resourceVersion: it cannot land after this write. Retried on a
+        // conflict with such a renewal.
+        for _ in 0..3 {
+            let lease = match self.api.get_opt(&self.name).await {
+                Ok(Some(lease)) => lease,
+                Ok(None) => return,
+                Err(error) => {
+                    tracing::warn!(%error, lease = %self.name, "could not release the shard lease; it will expire");
+                    return;
+                }
+            };
+            let holder = lease
+                .spec
+                .as_ref()
+                .and_then(|s| s.holder_identity.as_deref());
+            if holder != Some(self.me.as_str()) {
+                return;
+            }
+            let patch = released(lease.metadata.resource_version.as_deref());
+            match self
+                .api
+                .patch(&self.name, &PatchParams::default(), &patch)
+                .await
+            {
+                Ok(_) => {
+                    tracing::info!(lease = %self.name, "left the shard group");
+                    return;
+                }
+                Err(e) if is_conflict(&e) => {}
+                Err(error) => {
+                    tracing::warn!(%error, lease = %self.name, "could not release the shard lease; it will expire");
+                    return;
+                }
             }
         }
     }
+}
+
+/// A merge patch that releases a Lease if it is still at `version`: no
+/// holder, nothing acknowledged.
+fn released(version: Option<&str>) -> Patch<serde_json::Value> {
+    Patch::Merge(serde_json::json!({
+        "metadata": {
+            "resourceVersion": version,
+            "annotations": { ACK_ANNOTATION: "" },
+        },
+        "spec": { "holderIdentity": null },
+    }))
 }
 
 impl Drop for Member {
@@ -194,10 +250,14 @@ impl Drop for Member {
     }
 }
 
-/// When this replica last saw a Lease's record change.
+/// A Lease of the group as this replica last saw it, and when it saw its
+/// record change.
+#[derive(Clone)]
 struct Observed {
     version: Option<String>,
     at: Instant,
+    holder: Option<Arc<str>>,
+    ack: Members,
     /// When this replica last tried to delete it as stale.
     forgot: Option<Instant>,
 }
@@ -207,7 +267,9 @@ struct Task {
     config: ShardConfig,
     clock: WallClock,
     me: Arc<str>,
-    declared: watch::Receiver<Members>,
+    declared: watch::Receiver<Declared>,
+    /// The number of the last declaration sent.
+    sent: u64,
     /// Every acknowledgement that may be on our Lease.
     acked: Vec<Members>,
     /// Our Lease as last read or written (its resourceVersion is the one
@@ -254,22 +316,33 @@ impl Task {
 
     /// Writes our Lease with what we declared. The declared set counts as
     /// possibly written from the moment the write is sent.
+    ///
+    /// An existing Lease is written with a merge patch carrying the
+    /// resourceVersion read: a write that lands late fails instead of
+    /// overwriting a newer record, and (unlike an update, which
+    /// kube-apiserver may turn into a create) never brings back a Lease
+    /// that was deleted.
     async fn renew(&mut self) -> Result<(), kube_client::Error> {
-        let ack = self.declared.borrow_and_update().clone();
+        let (number, ack) = self.declared.borrow_and_update().clone();
         if !self.acked.contains(&ack) {
             self.acked.push(ack.clone());
         }
+        self.sent = number;
         let name = self.config.lease_name();
-        let pp = PostParams::default();
         let current = match self.own.take() {
             Some(lease) => Some(lease),
             None => self.api.get_opt(&name).await?,
         };
         let written = match current {
-            None => self.api.create(&pp, &self.record(None, &ack)).await,
-            Some(lease) => {
+            None => {
                 self.api
-                    .replace(&name, &pp, &self.record(Some(lease), &ack))
+                    .create(&PostParams::default(), &self.record(None, &ack))
+                    .await
+            }
+            Some(lease) => {
+                let record = self.record(Some(lease), &ack);
+                self.api
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(&record))
                     .await
             }
         };
@@ -279,75 +352,149 @@ impl Task {
         Ok(())
     }
 
+    /// Ends the membership of a member this replica saw unchanged for a
+    /// lease duration, by writing its Lease as released, on the condition
+    /// that it is still the version seen (for a Lease that vanished: by
+    /// creating a released one in its place). Only once that write
+    /// succeeded is the member left out. A renewal of the member's that
+    /// landed after our read makes the write fail, and the member stays; one
+    /// that lands after the write fails on the member's side, so it cannot
+    /// go on acting on a renewal nobody saw. It fenced itself before the
+    /// lease duration ran out.
+    async fn expire(&self, name: &str, seen: &Observed, vanished: bool) -> bool {
+        let written = if vanished {
+            let mut tombstone = Lease {
+                metadata: ObjectMeta {
+                    name: Some(name.to_string()),
+                    namespace: Some(self.config.namespace().to_string()),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(LeaseSpec::default()),
+            };
+            tombstone
+                .metadata
+                .labels
+                .get_or_insert_with(Default::default)
+                .insert(GROUP_LABEL.to_string(), self.config.group().to_string());
+            self.api
+                .create(&PostParams::default(), &tombstone)
+                .await
+                .map(drop)
+        } else {
+            self.api
+                .patch(
+                    name,
+                    &PatchParams::default(),
+                    &released(seen.version.as_deref()),
+                )
+                .await
+                .map(drop)
+        };
+        match written {
+            Ok(()) => {
+                tracing::info!(lease = name, holder = ?seen.holder, "a shard member's lease expired; released it");
+                true
+            }
+            Err(error) => {
+                tracing::debug!(%error, lease = name, "could not release an expired shard lease; it stays a member");
+                false
+            }
+        }
+    }
+
     /// Reads the group's Leases and works out the live members and their
     /// acknowledgements.
     async fn read(&mut self) -> Result<View, kube_client::Error> {
         let selector = format!("{GROUP_LABEL}={}", self.config.group());
+        // Ages are counted up to when the list was sent: the server may
+        // have answered from a moment after that, never before.
+        let sent = Instant::now();
         let leases = self
             .api
             .list(&ListParams::default().labels(&selector))
             .await?;
-        let now = Instant::now();
+        let arrived = Instant::now();
         let lease_duration = self.config.lease_duration();
+        let forget_after = self.config.forget_after();
         let own_name = self.config.lease_name();
-        let mut seen = HashMap::new();
-        let mut members = Vec::new();
-        let mut others = Vec::new();
+        let mut previous = std::mem::take(&mut self.observed);
+        let mut seen: Vec<(String, Observed, bool)> = Vec::new();
         for lease in leases {
             let Some(name) = lease.metadata.name.clone() else {
                 continue;
             };
-            let version = lease.metadata.resource_version.clone();
-            let (at, mut forgot) = match self.observed.remove(&name) {
-                Some(o) if o.version == version => (o.at, o.forgot),
-                _ => (now, None),
-            };
-            let holder = lease
-                .spec
-                .as_ref()
-                .and_then(|s| s.holder_identity.clone())
-                .filter(|h| !h.is_empty());
-            let unchanged_for = now.saturating_duration_since(at);
-            let alive = unchanged_for < lease_duration;
-            // Tried again a forget-after time later if it is still there.
-            let forget_after = self.config.forget_after();
-            if name != own_name
-                && unchanged_for >= forget_after
-                && forgot.is_none_or(|t| now.saturating_duration_since(t) >= forget_after)
-            {
-                self.forget(&name, version.clone());
-                forgot = Some(now);
-            }
             if name == own_name {
                 // Our own record: the one the next renewal writes over.
-                self.own = Some(lease.clone());
-            } else if let Some(holder) = holder
-                && alive
-                && *holder != *self.me
-            {
-                let ack = lease
-                    .metadata
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.get(ACK_ANNOTATION))
-                    .map(|text| Members::decode(text))
-                    .unwrap_or_default();
-                let holder: Arc<str> = holder.into();
-                members.push(holder.clone());
-                others.push((holder, ack));
+                self.own = Some(lease);
+                continue;
             }
-            seen.insert(
-                name,
-                Observed {
-                    version,
-                    at,
-                    forgot,
-                },
-            );
+            let version = lease.metadata.resource_version.clone();
+            let (at, forgot) = match previous.remove(&name) {
+                Some(o) if o.version == version => (o.at, o.forgot),
+                _ => (arrived, None),
+            };
+            let holder: Option<Arc<str>> = lease
+                .spec
+                .as_ref()
+                .and_then(|s| s.holder_identity.as_deref())
+                .filter(|h| !h.is_empty())
+                .map(Into::into);
+            let ack = lease
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(ACK_ANNOTATION))
+                .map(|text| Members::decode(text))
+                .unwrap_or_default();
+            let observed = Observed {
+                version,
+                at,
+                holder,
+                ack,
+                forgot,
+            };
+            seen.push((name, observed, false));
         }
-        self.observed = seen;
+        // A Lease that vanished while it had a holder is still a member
+        // until it expires as any other: its holder may not know yet.
+        for (name, o) in previous {
+            if o.holder.is_some() && name != own_name {
+                seen.push((name, o, true));
+            }
+        }
+        let mut members = Vec::new();
+        let mut others = Vec::new();
+        for (name, mut o, vanished) in seen {
+            let unchanged_for = sent.saturating_duration_since(o.at);
+            match &o.holder {
+                Some(holder) if **holder != *self.me => {
+                    if unchanged_for < lease_duration || !self.expire(&name, &o, vanished).await {
+                        members.push(holder.clone());
+                        others.push((holder.clone(), o.ack.clone()));
+                        self.observed.insert(name, o);
+                    }
+                    // Expired and released: the next read sees the record
+                    // we wrote, as a Lease without a holder.
+                }
+                // Released (or ours under another name): not a member.
+                // Deleted once unchanged for the forget-after time, tried
+                // again a forget-after time later if it is still there.
+                _ => {
+                    if !vanished {
+                        if unchanged_for >= forget_after
+                            && o.forgot
+                                .is_none_or(|t| sent.saturating_duration_since(t) >= forget_after)
+                        {
+                            self.forget(&name, o.version.clone());
+                            o.forgot = Some(sent);
+                        }
+                        self.observed.insert(name, o);
+                    }
+                }
+            }
+        }
         let renew_deadline = self.config.renew_deadline();
-        if self.renewed.is_some_and(|r| now < r + renew_deadline) {
+        if self.renewed.is_some_and(|r| sent < r + renew_deadline) {
             members.push(self.me.clone());
         }
         Ok(View {
@@ -356,13 +503,14 @@ impl Task {
             acked: self.acked.clone(),
             others,
             renewed: self.renewed,
+            declared: self.sent,
         })
     }
 
-    /// Deletes a Lease nobody renewed for the forget-after time, on the
-    /// condition that it is still the version we saw: a renewal that came
-    /// in between wins. Every member may try; one succeeds. It runs on a
-    /// task of its own, so it never holds up a round (and with it the
+    /// Deletes a Lease nobody held or renewed for the forget-after time,
+    /// on the condition that it is still the version we saw: a write that
+    /// came in between wins. Every member may try; one succeeds. It runs on
+    /// a task of its own, so it never holds up a round (and with it the
     /// renewals).
     fn forget(&self, name: &str, version: Option<String>) {
         let params = DeleteParams {
@@ -376,7 +524,7 @@ impl Task {
         let name = name.to_string();
         tokio::spawn(async move {
             match api.delete(&name, &params).await {
-                Ok(_) => tracing::info!(lease = %name, "deleted a shard lease nobody renewed"),
+                Ok(_) => tracing::info!(lease = %name, "deleted a shard lease nobody held"),
                 Err(error) => {
                     tracing::debug!(%error, lease = %name, "did not delete a stale shard lease");
                 }
@@ -450,6 +598,7 @@ mod tests {
                 .map(|(id, a)| ((*id).into(), Members::new(a.iter().copied())))
                 .collect(),
             renewed: Some(Instant::now()),
+            declared: 0,
         }
     }
 

@@ -19,6 +19,27 @@
 //! to one member by rendezvous hashing ([`owner`]): when a member joins or
 //! leaves, only about 1/n of the keys move.
 //!
+//! A member leaves in one of two ways, each a write to its Lease:
+//!
+//! * it **releases** its Lease when its controller stream ends (holder and
+//!   acknowledgement cleared), and the others take its keys at their next
+//!   read;
+//! * or a reader that saw its Lease unchanged for a lease duration
+//!   **expires** it: writes it as released with the `resourceVersion` it
+//!   saw as a precondition. Only once that write succeeded is the member
+//!   left out. A renewal that landed after the read makes the write fail
+//!   (the member stays), and one that lands after it fails, so no member
+//!   goes on acting on a renewal nobody saw.
+//!
+//! Renewals are merge patches carrying the `resourceVersion` read, so a
+//! late one fails rather than overwrite a newer record, and never brings
+//! back a deleted Lease (an update, `PUT`, of a missing Lease creates it on
+//! kube-apiserver). A Lease that vanishes while it has a holder (someone
+//! deleted it) stays a member, with its last acknowledgement, until it
+//! expires as above (then a released Lease is created in its place). The
+//! others delete a released Lease once unchanged for
+//! [`ShardConfig::forget_after`].
+//!
 //! # Hand-over
 //!
 //! Views of the membership differ between replicas for a moment after a
@@ -30,7 +51,8 @@
 //!
 //! 1. it owns `k` in its current view, and in every set it acknowledged
 //!    that may still be on its Lease (a write whose answer was lost counts
-//!    as written), and
+//!    as written; a set declared but not yet written holds keys back until
+//!    a read after its write), and
 //! 2. every other live member's acknowledgement gives `k` to someone other
 //!    than that member, read **after** our own acknowledgement was written.
 //!
@@ -55,7 +77,10 @@
 //! As a leader: a replica that has not renewed its Lease within the renew
 //! deadline of its last successful renewal's sending starts nothing, and
 //! what it has in flight gets [`ShardConfig::fencing_grace`] to finish
-//! before it is cancelled. A key lost in a hand-over gets the same grace.
+//! before it is cancelled. The fence runs in each reconcile's own task, so
+//! it holds even while nobody polls the controller's stream. A key lost in
+//! a hand-over gets the same grace (the others wait for this replica's
+//! acknowledgement, so that one only delays the hand-over).
 //! Cancelled reconciles are reported as
 //! [`ControllerError::ReconcileFenced`](crate::kube::ControllerError::ReconcileFenced).
 //!
@@ -63,15 +88,16 @@
 //!
 //! | what happens | result |
 //! | --- | --- |
-//! | a replica crashes (or its stream is dropped) | its Lease stays; the others take its keys once they saw it unchanged for a lease duration, at most lease duration + 2 retry periods after its last renewal |
+//! | a replica crashes (or its stream is dropped) | the others expire its Lease once they saw it unchanged for a lease duration and take its keys, at most lease duration + 2 retry periods after its last renewal |
 //! | a replica is cut off from the API server | it fences by its renew deadline and cancels what it runs within the grace; the others take its keys a lease duration after they saw its last renewal; back online, it renews, rejoins, and gets its keys back by hand-over |
 //! | a replica joins | it owns about 1/(n+1) of the keys; each starts once its previous owner acknowledged (after finishing, or cancelling after the grace, what it had of it in flight), a few retry periods |
-//! | graceful shutdown (the stream ends) | the replica finishes its reconciles, then deletes its Lease; the others take its keys at their next read |
+//! | graceful shutdown (the stream ends) | the replica finishes its reconciles, then releases its Lease; the others take its keys at their next read |
 //! | clocks skewed between replicas | no effect (expiry is measured locally) |
 //! | the API server is unreachable for everyone | every replica fences; nothing runs until it is back |
 //! | a paused process (GC, `SIGSTOP`) | as with leader election: a process paused for longer than lease duration minus renew deadline between its check and its action can act after others took over; keep reconciles idempotent |
 //! | two replicas with one identity | they write one Lease and fight over it (409s); identities must be unique (the Pod name) |
-//! | Leases of crashed replicas | ignored once expired, and deleted by the others once unchanged for [`ShardConfig::forget_after`] (four lease durations by default), with the version they saw as a precondition so a late renewal wins; a replica whose Lease was deleted while it was away makes a new one when it is back |
+//! | someone deletes a member's Lease | it stays a member until it expires; its holder makes a new Lease at its next renewal and joins again |
+//! | Leases of replicas that left | released Leases are deleted by the others once unchanged for [`ShardConfig::forget_after`] (four lease durations by default), with the version they saw as a precondition so a write in between wins; a replica back after that makes a new one |
 //!
 //! What was verified where: `tests/replica_shards.rs` runs replicas in one
 //! process against this repository's local API server
@@ -125,7 +151,7 @@ mod ring;
 
 pub use config::ShardConfig;
 pub use member::Shards;
-pub(crate) use member::{Member, View};
+pub(crate) use member::{Declared, Member, View};
 #[cfg(feature = "prometheus")]
 pub use metrics::ShardMetrics;
 pub use ring::owner;
