@@ -694,61 +694,81 @@ async fn replica_crash_without_release_hands_its_keys_over() {
     assert_eq!(group_leases(server.client()).await.len(), live.len());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn replica_cut_off_from_the_api_server_fences_and_comes_back() {
-    let (server, names, changes) = server_with(30).await;
-    let record = Arc::new(Record::default());
-    // Reconciles of 150 ms, so some are in flight at any time.
-    let replicas = start_all(&server, 3, &record, |_| Opts {
+/// Three replicas whose reconciles take 150 ms and requeue after 50 ms, so
+/// some are in flight at any time; returned once the group settled and
+/// every key was reconciled by its owner.
+async fn start_busy(
+    server: &LocalApiServer,
+    names: &[String],
+    record: &Arc<Record>,
+) -> Vec<Replica> {
+    let replicas = start_all(server, 3, record, |_| Opts {
         work: Duration::from_millis(150),
         requeue: Some(Duration::from_millis(50)),
         ..Opts::default()
     });
     let all = [0, 1, 2];
-    let cut_off = 2;
     let settled = wait_acknowledged(&server.client(), &all).await;
     wait_until("every key reconciled by its owner", LIMIT, || {
-        record.check_owners_since(settled, &names, &all)
+        record.check_owners_since(settled, names, &all)
     })
     .await;
+    replicas
+}
 
-    // And some that would outlast any lease: in flight when it fences.
-    replicas[cut_off].slow.store(true, Ordering::SeqCst);
+/// What [`cut_off_while_slow`] saw.
+struct CutOff {
+    /// When its reconciles turned slow.
+    slowed: Instant,
+    /// When it was cut off.
+    cut: Instant,
+    /// The first reconcile of one of its keys by another replica.
+    taken: Run,
+    /// Its runs until then.
+    old: Vec<Run>,
+    /// When the last of them ended.
+    last_end: Instant,
+}
+
+/// Makes `replica`'s reconciles outlast any lease, waits for one to start,
+/// stalls its stream if `stall` (nobody polls it), and cuts it off from the
+/// API server; then checks that everything it ran ended, by its renew
+/// deadline plus the grace, before another replica started one of its
+/// keys, and that it started nothing after its renew deadline.
+async fn cut_off_while_slow(
+    replicas: &[Replica],
+    replica: usize,
+    record: &Record,
+    names: &[String],
+    stall: bool,
+) -> CutOff {
+    replicas[replica].slow.store(true, Ordering::SeqCst);
     let slowed = Instant::now();
     record
-        .wait_first("a slow reconcile starts", slowed, |r| r.replica == cut_off)
+        .wait_first("a slow reconcile starts", slowed, |r| r.replica == replica)
         .await;
-    replicas[cut_off].endpoint.disconnect();
+    if stall {
+        replicas[replica].stall.send_replace(true);
+    }
+    replicas[replica].endpoint.disconnect();
     let cut = Instant::now();
-    let owners = owners(&names, &all);
+    let owners = owners(names, &[0, 1, 2]);
     let taken = record
         .wait_first(
             "another replica starts a key of the cut-off one",
             cut,
-            |r| owners[&r.key] == cut_off && r.replica != cut_off,
+            |r| owners[&r.key] == replica && r.replica != replica,
         )
         .await;
-    let takeover = taken.start - cut;
-    println!("takeover after a cut-off: {takeover:?}");
-    assert!(
-        takeover >= LEASE - 2 * RETRY,
-        "taken over after only {takeover:?}"
-    );
-    assert!(
-        takeover <= LEASE + 3 * RETRY,
-        "taken over after {takeover:?}"
-    );
-
-    // Everything the cut-off replica ran had ended before: it fenced.
     let old: Vec<Run> = record
         .runs()
         .into_iter()
-        .filter(|r| r.replica == cut_off)
+        .filter(|r| r.replica == replica)
         .collect();
     for run in &old {
         let end = run
             .end
-            .unwrap_or_else(|| panic!("{run:?} still runs at {takeover:?}"));
+            .unwrap_or_else(|| panic!("{run:?} still runs at the takeover"));
         assert!(end <= taken.start, "{run:?} ran when {taken:?} started");
     }
     let last_end = old.iter().filter_map(|r| r.end).max().unwrap();
@@ -762,6 +782,46 @@ async fn replica_cut_off_from_the_api_server_fences_and_comes_back() {
         !old.iter().any(|r| r.start > cut + RENEW),
         "started a reconcile after its renew deadline"
     );
+    assert!(
+        old.iter().any(|r| !r.finished && r.start >= slowed),
+        "nothing was in flight past the grace"
+    );
+    record.check_no_overlap().unwrap();
+    CutOff {
+        slowed,
+        cut,
+        taken,
+        old,
+        last_end,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replica_cut_off_from_the_api_server_fences_and_comes_back() {
+    let (server, names, changes) = server_with(30).await;
+    let record = Arc::new(Record::default());
+    let replicas = start_busy(&server, &names, &record).await;
+    let all = [0, 1, 2];
+    let cut_off = 2;
+    let CutOff {
+        slowed,
+        cut,
+        taken,
+        old,
+        last_end,
+    } = cut_off_while_slow(&replicas, cut_off, &record, &names, false).await;
+    let takeover = taken.start - cut;
+    println!("takeover after a cut-off: {takeover:?}");
+    assert!(
+        takeover >= LEASE - 2 * RETRY,
+        "taken over after only {takeover:?}"
+    );
+    assert!(
+        takeover <= LEASE + 3 * RETRY,
+        "taken over after {takeover:?}"
+    );
+    let owners = owners(&names, &all);
+
     // Reconciles that did not finish within the grace were cancelled and
     // reported so (those of keys it lost while the group formed too).
     let at_cut = old
@@ -973,31 +1033,20 @@ async fn replica_shards_config_errors_are_error_items() {
         bad.validate(),
         Err(LeaseConfigError::RenewDeadlineNotShorterThanLease { .. })
     ));
-    let items: Vec<_> = controller()
-        .shards(Shards::new(server.client(), bad))
-        .run(reconcile, error_policy, ctx())
-        .collect()
-        .await;
-    assert_eq!(items.len(), 1, "{items:?}");
-    match &items[0] {
-        Err(Error::QueueError(ControllerError::InvalidLeaseConfig(e))) => {
-            assert!(e.to_string().contains("renew deadline"), "{e}");
-        }
-        other => panic!("unexpected item {other:?}"),
-    }
-
     let comma = ShardConfig::new(GROUP, "default", "a,b");
-    let items: Vec<_> = controller()
-        .shards(Shards::new(server.client(), comma))
-        .run(reconcile, error_policy, ctx())
-        .collect()
-        .await;
-    assert_eq!(items.len(), 1, "{items:?}");
-    match &items[0] {
-        Err(Error::QueueError(ControllerError::InvalidLeaseConfig(e))) => {
-            assert!(e.to_string().contains("identity"), "{e}");
+    for (config, why) in [(bad, "renew deadline"), (comma, "identity")] {
+        let items: Vec<_> = controller()
+            .shards(Shards::new(server.client(), config))
+            .run(reconcile, error_policy, ctx())
+            .collect()
+            .await;
+        assert_eq!(items.len(), 1, "{items:?}");
+        match &items[0] {
+            Err(Error::QueueError(ControllerError::InvalidLeaseConfig(e))) => {
+                assert!(e.to_string().contains(why), "{e}");
+            }
+            other => panic!("unexpected item {other:?}"),
         }
-        other => panic!("unexpected item {other:?}"),
     }
 
     // Shards and leader election at once, in either order.
@@ -1219,61 +1268,10 @@ async fn replica_record_checks_can_fail() {
 async fn replica_fences_even_while_its_stream_is_not_polled() {
     let (server, names, changes) = server_with(30).await;
     let record = Arc::new(Record::default());
-    let replicas = start_all(&server, 3, &record, |_| Opts {
-        work: Duration::from_millis(150),
-        requeue: Some(Duration::from_millis(50)),
-        ..Opts::default()
-    });
+    let replicas = start_busy(&server, &names, &record).await;
     let all = [0, 1, 2];
     let cut_off = 2;
-    let settled = wait_acknowledged(&server.client(), &all).await;
-    wait_until("every key reconciled by its owner", LIMIT, || {
-        record.check_owners_since(settled, &names, &all)
-    })
-    .await;
-
-    replicas[cut_off].slow.store(true, Ordering::SeqCst);
-    let slowed = Instant::now();
-    record
-        .wait_first("a slow reconcile starts", slowed, |r| r.replica == cut_off)
-        .await;
-    replicas[cut_off].stall.send_replace(true);
-    replicas[cut_off].endpoint.disconnect();
-    let cut = Instant::now();
-    let owners = owners(&names, &all);
-    let taken = record
-        .wait_first(
-            "another replica starts a key of the cut-off one",
-            cut,
-            |r| owners[&r.key] == cut_off && r.replica != cut_off,
-        )
-        .await;
-    let old: Vec<Run> = record
-        .runs()
-        .into_iter()
-        .filter(|r| r.replica == cut_off)
-        .collect();
-    for run in &old {
-        let end = run
-            .end
-            .unwrap_or_else(|| panic!("{run:?} still runs at the takeover"));
-        assert!(end <= taken.start, "{run:?} ran when {taken:?} started");
-    }
-    let last_end = old.iter().filter_map(|r| r.end).max().unwrap();
-    println!(
-        "unpolled cut-off replica stopped {:?} after the cut",
-        last_end - cut
-    );
-    assert!(
-        last_end - cut <= RENEW + config(0).fencing_grace() + RETRY,
-        "stopped {:?} after the cut",
-        last_end - cut
-    );
-    assert!(
-        old.iter().any(|r| !r.finished && r.start >= slowed),
-        "nothing was in flight past the grace"
-    );
-    record.check_no_overlap().unwrap();
+    cut_off_while_slow(&replicas, cut_off, &record, &names, true).await;
 
     replicas[cut_off].slow.store(false, Ordering::SeqCst);
     replicas[cut_off].endpoint.reconnect();
@@ -1294,18 +1292,9 @@ async fn replica_fences_even_while_its_stream_is_not_polled() {
 async fn replica_whose_lease_is_deleted_keeps_its_keys() {
     let (server, names, changes) = server_with(30).await;
     let record = Arc::new(Record::default());
-    let _replicas = start_all(&server, 3, &record, |_| Opts {
-        work: Duration::from_millis(150),
-        requeue: Some(Duration::from_millis(50)),
-        ..Opts::default()
-    });
+    let _replicas = start_busy(&server, &names, &record).await;
     let all = [0, 1, 2];
     let victim = 2;
-    let settled = wait_acknowledged(&server.client(), &all).await;
-    wait_until("every key reconciled by its owner", LIMIT, || {
-        record.check_owners_since(settled, &names, &all)
-    })
-    .await;
 
     let leases = Api::<Lease>::namespaced(server.client(), "default");
     let name = config(victim).lease_name();
