@@ -6,10 +6,10 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures_util::FutureExt;
-use futures_util::future::BoxFuture;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::at_end::AtEnd;
 use super::watched::Watched;
 use crate::kube::leader::{LeaderElection, LeaderElector, LeaderState};
 
@@ -21,8 +21,7 @@ pub(crate) struct Leadership {
     /// Wakes the runner when the state changes.
     state: Option<Watched<LeaderState>>,
     grace: Duration,
-    releasing: Option<BoxFuture<'static, ()>>,
-    released: bool,
+    release: AtEnd,
 }
 
 impl Leadership {
@@ -34,8 +33,7 @@ impl Leadership {
             elector: None,
             state: None,
             grace,
-            releasing: None,
-            released: false,
+            release: AtEnd::default(),
         }
     }
 
@@ -81,31 +79,19 @@ impl Leadership {
     /// Releases the lease (once the controller is done); ready when it is
     /// released or there was nothing to release.
     pub(crate) fn poll_release(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        if self.released {
-            return Poll::Ready(());
-        }
         self.election = None;
-        if self.releasing.is_none() {
-            let Some(elector) = self.elector.take() else {
-                self.released = true;
-                return Poll::Ready(());
-            };
-            self.releasing = Some(
+        let elector = &mut self.elector;
+        self.release.poll(cx, || {
+            let elector = elector.take()?;
+            Some(
                 async move {
                     if let Err(error) = elector.release().await {
                         tracing::warn!(%error, "could not release the lease; it will expire");
                     }
                 }
                 .boxed(),
-            );
-        }
-        let releasing = self.releasing.as_mut().expect("set above");
-        if releasing.as_mut().poll(cx).is_pending() {
-            return Poll::Pending;
-        }
-        self.releasing = None;
-        self.released = true;
-        Poll::Ready(())
+            )
+        })
     }
 }
 

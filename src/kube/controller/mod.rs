@@ -1,5 +1,6 @@
 //! [`Controller`]: kube-runtime's controller, on this crate's queue.
 
+mod at_end;
 mod error;
 mod leadership;
 #[cfg(feature = "prometheus")]

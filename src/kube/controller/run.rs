@@ -353,7 +353,7 @@ where
             return;
         };
         let old = shards.members();
-        if !shards.poll(cx).view {
+        if !shards.poll(cx) {
             shards.poll_timers(cx);
             return;
         }

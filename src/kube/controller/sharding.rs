@@ -12,29 +12,19 @@ use std::time::Duration;
 
 use futures_util::FutureExt;
 use futures_util::future;
-use futures_util::future::BoxFuture;
 use kube_client::Resource;
 use kube_runtime::reflector::{ObjectRef, Store};
 use tokio::sync::watch;
 use tokio::time::{Instant, Sleep, sleep_until};
 use tokio_util::sync::CancellationToken;
 
+use super::at_end::AtEnd;
 use super::watched::Watched;
-use crate::kube::shard::{Declared, Member, Members, Shards, View, key_hash};
+use crate::kube::shard::{Declared, Member, Members, Shards, View, object_hash};
 
-/// The key string the shards hash: `namespace/name`, or `name`.
+/// The hash of the key string the shards use: `namespace/name`, or `name`.
 fn hash_of<K: Resource>(key: &ObjectRef<K>) -> u64 {
-    match &key.namespace {
-        Some(ns) => key_hash(&format!("{ns}/{}", key.name)),
-        None => key_hash(&key.name),
-    }
-}
-
-/// What the runner must do after [`Sharding::poll`].
-#[derive(Default)]
-pub(crate) struct Update {
-    /// The view changed: call [`Sharding::reshard`].
-    pub(crate) view: bool,
+    object_hash(key.namespace.as_deref(), &key.name)
 }
 
 /// The runner's shards.
@@ -63,8 +53,7 @@ where
     /// When reconciles of keys no longer ours (all, once fenced) are
     /// cancelled.
     cancel_at: Option<Pin<Box<Sleep>>>,
-    leaving: Option<BoxFuture<'static, ()>>,
-    left: bool,
+    leave: AtEnd,
     dyntype: K::DynamicType,
     #[cfg(feature = "prometheus")]
     metrics: Option<crate::kube::shard::ShardMetrics>,
@@ -95,16 +84,15 @@ where
             parked: HashSet::new(),
             running: HashMap::new(),
             cancel_at: None,
-            leaving: None,
-            left: false,
+            leave: AtEnd::default(),
             dyntype,
         }
     }
 
     /// Starts the membership on the first call; tells whether the view
     /// changed (then [`reshard`](Self::reshard)).
-    pub(crate) fn poll(&mut self, cx: &mut Context<'_>) -> Update {
-        let mut update = Update::default();
+    pub(crate) fn poll(&mut self, cx: &mut Context<'_>) -> bool {
+        let mut changed = false;
         if let Some(shards) = self.shards.take() {
             match shards.start(self.declared.subscribe()) {
                 Ok(member) => {
@@ -120,11 +108,11 @@ where
             let current = watched.receiver().borrow().clone();
             if !Arc::ptr_eq(&current, &self.view) {
                 self.view = current;
-                update.view = true;
+                changed = true;
                 self.arm_fence();
             }
         }
-        update
+        changed
     }
 
     /// Runs the fence and the cancellation timers; call it after
@@ -243,6 +231,10 @@ where
     /// from this replica is in flight.
     fn declare(&mut self) {
         let view = &self.view;
+        // Settled (the usual case): nothing to look through.
+        if self.declared.borrow().1 == view.members {
+            return;
+        }
         if self.running.keys().all(|k| view.owns(hash_of(k))) {
             let members = view.members.clone();
             self.declared.send_if_modified(|(number, declared)| {
@@ -265,14 +257,25 @@ where
         let view = self.view.clone();
         let me = &*view.me;
         let changed = *old != view.members;
+        #[cfg(feature = "prometheus")]
+        let gauges = self.metrics.is_some();
+        #[cfg(not(feature = "prometheus"))]
+        let gauges = false;
+        // The store is looked through when the members changed (for the
+        // keys gained), or to count the keys owned for the gauge; not on
+        // every round otherwise.
         let mut owned = 0usize;
-        for object in store.state() {
-            let key = ObjectRef::from_obj_with(&*object, self.dyntype.clone());
-            let hash = hash_of(&key);
-            if view.members.gives(hash, me) {
-                owned += 1;
-                if changed && !old.gives(hash, me) {
-                    self.parked.insert(key);
+        if changed || gauges {
+            for object in store.state() {
+                let meta = object.meta();
+                let name = meta.name.as_deref().unwrap_or_default();
+                let hash = object_hash(meta.namespace.as_deref(), name);
+                if view.members.gives(hash, me) {
+                    owned += 1;
+                    if changed && !old.gives(hash, me) {
+                        self.parked
+                            .insert(ObjectRef::from_obj_with(&*object, self.dyntype.clone()));
+                    }
                 }
             }
         }
@@ -280,8 +283,6 @@ where
         if let Some(metrics) = &self.metrics {
             metrics.set(&self.group, view.members.len(), owned);
         }
-        #[cfg(not(feature = "prometheus"))]
-        let _ = owned;
         if changed {
             tracing::info!(group = %self.group, members = ?view.members, owned, "shard membership changed");
             if self.running.keys().any(|k| !view.owns(hash_of(k))) {
@@ -310,26 +311,12 @@ where
     }
 
     /// Leaves the group (once the controller is done): ready when the
-    /// Lease is deleted or there was nothing to delete.
+    /// Lease is released or there was nothing to release.
     pub(crate) fn poll_leave(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        if self.left {
-            return Poll::Ready(());
-        }
         self.shards = None;
-        if self.leaving.is_none() {
-            let Some(member) = self.member.take() else {
-                self.left = true;
-                return Poll::Ready(());
-            };
-            self.leaving = Some(member.leave().boxed());
-        }
-        let leaving = self.leaving.as_mut().expect("set above");
-        if leaving.as_mut().poll(cx).is_pending() {
-            return Poll::Pending;
-        }
-        self.leaving = None;
-        self.left = true;
-        Poll::Ready(())
+        let member = &mut self.member;
+        self.leave
+            .poll(cx, || member.take().map(|m| m.leave().boxed()))
     }
 }
 

@@ -120,6 +120,12 @@ impl LeaseConfig {
         self
     }
 
+    /// The lease duration as written on a Lease's `leaseDurationSeconds`:
+    /// whole seconds, rounded up (only for people and other tools).
+    pub(crate) fn lease_duration_seconds(&self) -> i32 {
+        i32::try_from(self.lease_duration.as_millis().div_ceil(1000)).unwrap_or(i32::MAX)
+    }
+
     /// How long in-flight reconciles may go on after their controller lost
     /// the lease before they are cancelled: half of lease duration minus
     /// renew deadline, so that they have ended, with the other half to

@@ -328,10 +328,7 @@ impl Lock {
         }
         spec.holder_identity = Some(identity.to_string());
         spec.renew_time = Some(now);
-        // Whole seconds, rounded up: only for people and other tools.
-        let millis = self.config.lease_duration().as_millis();
-        spec.lease_duration_seconds =
-            Some(i32::try_from(millis.div_ceil(1000)).unwrap_or(i32::MAX));
+        spec.lease_duration_seconds = Some(self.config.lease_duration_seconds());
         lease
     }
 }

@@ -126,6 +126,10 @@ impl ShardConfig {
         self
     }
 
+    pub(crate) fn lease(&self) -> &LeaseConfig {
+        &self.lease
+    }
+
     /// Sets the lease duration.
     #[must_use]
     pub fn with_lease_duration(mut self, d: Duration) -> Self {

@@ -281,17 +281,24 @@ struct Task {
 }
 
 impl Task {
-    /// Our Lease as we write it: holder, times, label, acknowledgement.
-    fn record(&self, lease: Option<Lease>, ack: &Members) -> Lease {
-        let now = MicroTime((self.clock)());
-        let mut lease = lease.unwrap_or_else(|| Lease {
+    /// A new Lease of the group, named `name`, labelled with the group.
+    fn blank(&self, name: String) -> Lease {
+        let labels = [(GROUP_LABEL.to_string(), self.config.group().to_string())];
+        Lease {
             metadata: ObjectMeta {
-                name: Some(self.config.lease_name()),
+                name: Some(name),
                 namespace: Some(self.config.namespace().to_string()),
+                labels: Some(labels.into_iter().collect()),
                 ..ObjectMeta::default()
             },
             spec: None,
-        });
+        }
+    }
+
+    /// Our Lease as we write it: holder, times, label, acknowledgement.
+    fn record(&self, lease: Option<Lease>, ack: &Members) -> Lease {
+        let now = MicroTime((self.clock)());
+        let mut lease = lease.unwrap_or_else(|| self.blank(self.config.lease_name()));
         lease
             .metadata
             .labels
@@ -308,9 +315,7 @@ impl Task {
             spec.acquire_time = Some(now.clone());
         }
         spec.renew_time = Some(now);
-        let millis = self.config.lease_duration().as_millis();
-        spec.lease_duration_seconds =
-            Some(i32::try_from(millis.div_ceil(1000)).unwrap_or(i32::MAX));
+        spec.lease_duration_seconds = Some(self.config.lease().lease_duration_seconds());
         lease
     }
 
@@ -363,19 +368,7 @@ impl Task {
     /// lease duration ran out.
     async fn expire(&self, name: &str, seen: &Observed, vanished: bool) -> bool {
         let written = if vanished {
-            let mut tombstone = Lease {
-                metadata: ObjectMeta {
-                    name: Some(name.to_string()),
-                    namespace: Some(self.config.namespace().to_string()),
-                    ..ObjectMeta::default()
-                },
-                spec: Some(LeaseSpec::default()),
-            };
-            tombstone
-                .metadata
-                .labels
-                .get_or_insert_with(Default::default)
-                .insert(GROUP_LABEL.to_string(), self.config.group().to_string());
+            let tombstone = self.blank(name.to_string());
             self.api
                 .create(&PostParams::default(), &tombstone)
                 .await

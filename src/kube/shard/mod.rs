@@ -155,7 +155,7 @@ pub(crate) use member::{Declared, Member, View};
 #[cfg(feature = "prometheus")]
 pub use metrics::ShardMetrics;
 pub use ring::owner;
-pub(crate) use ring::{Members, key_hash};
+pub(crate) use ring::{Members, object_hash};
 
 /// The label on every Lease of a shard group; its value is the group.
 pub const GROUP_LABEL: &str = "workqueue.tokio.rs/shard-group";

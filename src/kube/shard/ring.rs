@@ -14,14 +14,20 @@
 use std::fmt;
 use std::sync::Arc;
 
-/// FNV-1a, 64 bits.
-fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// FNV-1a, 64 bits, continued from `hash` over `bytes`.
+fn fnv1a_from(mut hash: u64, bytes: &[u8]) -> u64 {
     for &b in bytes {
         hash ^= u64::from(b);
         hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
     }
     hash
+}
+
+/// FNV-1a, 64 bits.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    fnv1a_from(FNV_OFFSET, bytes)
 }
 
 /// splitmix64's finaliser: spreads every input bit over the output, which
@@ -35,6 +41,16 @@ fn mix(mut x: u64) -> u64 {
 /// A key's hash, computed once and scored against every member.
 pub(crate) fn key_hash(key: &str) -> u64 {
     mix(fnv1a(key.as_bytes()))
+}
+
+/// [`key_hash`] of `namespace/name` (of `name` without a namespace),
+/// without building the string: it runs for every trigger and hand-out.
+pub(crate) fn object_hash(namespace: Option<&str>, name: &str) -> u64 {
+    let hash = match namespace {
+        Some(ns) => fnv1a_from(fnv1a_from(FNV_OFFSET, ns.as_bytes()), b"/"),
+        None => FNV_OFFSET,
+    };
+    mix(fnv1a_from(hash, name.as_bytes()))
 }
 
 fn member_hash(id: &str) -> u64 {
@@ -195,6 +211,16 @@ mod tests {
             }
         }
         assert!((4_700..=5_300).contains(&moved), "{moved}");
+    }
+
+    #[test]
+    fn object_hashes_are_the_key_string_s() {
+        assert_eq!(
+            object_hash(Some("default"), "cm-0"),
+            key_hash("default/cm-0")
+        );
+        assert_eq!(object_hash(None, "node-1"), key_hash("node-1"));
+        assert_eq!(object_hash(Some(""), "x"), key_hash("/x"));
     }
 
     #[test]
