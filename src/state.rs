@@ -31,8 +31,9 @@
 //! keeps each slot's ready time; with a starvation bound a second one links
 //! ready slots by age, so the oldest ready key is found in O(1), whatever
 //! the ordering. Lease start times sit in a small table of their own, one
-//! entry per lease in flight, which a scrape reads whole, and the ready keys
-//! are counted by priority for the depth gauge.
+//! entry per lease in flight, which a scrape reads whole. The depth gauge
+//! asks the ordering for its counts per priority (the built-in ones keep
+//! them), and walks the ready keys only for an ordering that does not.
 //!
 //! The timer wheel is not here: it belongs to the timer task
 //! ([`crate::timer`]), which works on it outside the lock. A delayed add
@@ -70,10 +71,6 @@ pub(crate) const NIL: u32 = u32::MAX;
 /// tokio-util's `DelayQueue` covers about two years and panics beyond that;
 /// one year keeps every deadline well inside its range.
 pub const MAX_DELAY: Duration = Duration::from_secs(365 * 24 * 60 * 60);
-
-/// Depth counts are kept when they reach zero, so a steady mix of
-/// priorities does not allocate; past this many, zero ones are pruned.
-const MAX_IDLE_LEVELS: usize = 16;
 
 /// The smallest index [`State::rebuild_index`] builds.
 const MIN_INDEX: usize = 16;
@@ -135,49 +132,6 @@ pub(crate) struct Node<K, E> {
     pub(crate) priority: i32,
 }
 
-/// Ready keys per priority, highest priority first: the depth gauge.
-#[derive(Debug, Default)]
-struct Depth {
-    levels: Vec<(i32, usize)>,
-}
-
-impl Depth {
-    #[inline]
-    fn add(&mut self, priority: i32) {
-        // Most queues use one priority: it is the first count.
-        match self.levels.first_mut() {
-            Some((p, n)) if *p == priority => *n += 1,
-            _ => self.add_other(priority),
-        }
-    }
-
-    #[inline(never)]
-    fn add_other(&mut self, priority: i32) {
-        match self.levels.iter().position(|&(p, _)| p <= priority) {
-            Some(i) if self.levels[i].0 == priority => self.levels[i].1 += 1,
-            found => {
-                if self.levels.len() >= MAX_IDLE_LEVELS && self.levels.iter().any(|&(_, n)| n == 0)
-                {
-                    self.levels.retain(|&(_, n)| n > 0);
-                    return self.add_other(priority);
-                }
-                let i = found.unwrap_or(self.levels.len());
-                self.levels.insert(i, (priority, 1));
-            }
-        }
-    }
-
-    #[inline]
-    fn remove(&mut self, priority: i32) {
-        let level = self
-            .levels
-            .iter_mut()
-            .find(|(p, _)| *p == priority)
-            .expect("a ready key's priority is counted");
-        level.1 -= 1;
-    }
-}
-
 /// A slot's links in the age list of ready keys.
 #[derive(Debug, Clone, Copy)]
 struct AgeLinks {
@@ -205,7 +159,6 @@ struct Times {
     /// Ready keys, oldest ready time first (when `age_list`).
     ready: AgeList,
     leases: Leases,
-    depth: Depth,
 }
 
 /// Start times of the leases in flight, one entry per lease, reused through
@@ -566,7 +519,6 @@ impl<K, O: Ordering<K>> State<K, O> {
                     tail: NIL,
                 },
                 leases: Leases::default(),
-                depth: Depth::default(),
             }),
             promote_after,
             shutdown: false,
@@ -603,25 +555,23 @@ impl<K, O: Ordering<K>> State<K, O> {
         }
     }
 
-    /// Ready keys per priority, highest first: kept as keys come and go when
-    /// times are tracked, else counted by walking the slots.
+    /// Ready keys per priority, highest first: from the ordering if it
+    /// counts them, else by walking the slots (at scrape time only).
     fn ready_by_priority(&self) -> Vec<(i32, usize)> {
-        if let Some(t) = &self.times {
-            return t
-                .depth
-                .levels
-                .iter()
-                .copied()
-                .filter(|&(_, n)| n > 0)
-                .collect();
+        if let Some(counts) = self.order.ready_by_priority() {
+            return counts;
         }
-        let mut depth = Depth::default();
+        let mut counts: Vec<(i32, usize)> = Vec::new();
         for node in &self.nodes {
             if let Place::Ready(_) = node.place {
-                depth.add(node.priority);
+                match counts.iter_mut().find(|(p, _)| *p == node.priority) {
+                    Some((_, n)) => *n += 1,
+                    None => counts.push((node.priority, 1)),
+                }
             }
         }
-        depth.levels
+        counts.sort_unstable_by_key(|&(p, _)| std::cmp::Reverse(p));
+        counts
     }
 
     /// Lease start times of the keys in flight, earliest first.
@@ -668,7 +618,6 @@ impl<K, O: Ordering<K>> State<K, O> {
             if t.age_list {
                 t.push_back(slot);
             }
-            t.depth.add(priority);
         }
     }
 
@@ -693,10 +642,6 @@ impl<K, O: Ordering<K>> State<K, O> {
                 // kept.
                 if priority > old {
                     self.nodes[slot as usize].priority = priority;
-                    if let Some(t) = &mut self.times {
-                        t.depth.remove(old);
-                        t.depth.add(priority);
-                    }
                 }
                 self.order.touch(
                     &mut Queued::new(&mut self.nodes),
@@ -923,7 +868,6 @@ impl<K, O: Ordering<K>> State<K, O> {
                 t.unlink(slot);
             }
             lease = t.leases.start(now.unwrap_or_else(Instant::now));
-            t.depth.remove(self.nodes[slot as usize].priority);
         }
         self.leased += 1;
         let node = &mut self.nodes[slot as usize];
@@ -1409,8 +1353,7 @@ mod tests {
             assert_eq!(prio, p);
             let _ = st.finish(slot, NIL, None, None).0;
         }
-        assert!(st.order.level_count() <= MAX_IDLE_LEVELS);
-        assert!(st.times.as_ref().unwrap().depth.levels.len() <= MAX_IDLE_LEVELS);
+        assert!(st.order.level_count() <= crate::ordering::MAX_IDLE_LEVELS);
         assert!(st.counts().ready_by_priority.is_empty());
     }
 }

@@ -19,10 +19,7 @@ use std::sync::Arc;
 use hashbrown::HashMap;
 
 use super::list::{Linked, Links, List, NIL};
-use super::{Handle, Ordering, Queued};
-
-/// Levels are kept when they empty; past this many, empty ones are pruned.
-const MAX_IDLE_LEVELS: usize = 16;
+use super::{Handle, MAX_IDLE_LEVELS, Ordering, Queued};
 
 /// A function from a key to one of its groups (tenant or sub-group).
 type GroupFn<K, G> = Arc<dyn Fn(&K) -> G + Send + Sync>;
@@ -448,6 +445,16 @@ where
 
     fn len(&self) -> usize {
         self.len
+    }
+
+    fn ready_by_priority(&self) -> Option<Vec<(i32, usize)>> {
+        Some(
+            self.levels
+                .iter()
+                .filter(|l| l.len > 0)
+                .map(|l| (l.priority, l.len))
+                .collect(),
+        )
     }
 
     fn prefetch_next(&self, q: &Queued<'_, K, FairShareEntry>) -> Option<Handle> {

@@ -118,6 +118,10 @@ pub use priorities::{Priorities, TwoLanes};
 
 use crate::state::{Node, Place};
 
+/// Priority levels are kept when they empty, so a steady mix of priorities
+/// does not allocate; past this many, empty ones are pruned.
+pub(crate) const MAX_IDLE_LEVELS: usize = 16;
+
 /// Decides which ready key a queue hands out next.
 ///
 /// The queue calls these methods under its lock, with the keys the ordering
@@ -166,6 +170,15 @@ pub trait Ordering<K>: Send + 'static {
     /// Whether the ordering holds no key.
     fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Optional, for the depth gauge only: the keys held per priority,
+    /// highest priority first, priorities without keys left out, if the
+    /// ordering counts them anyway (the built-in levelled ones do). `None`,
+    /// the default, makes the queue count by walking its ready keys when
+    /// the gauge is read.
+    fn ready_by_priority(&self) -> Option<Vec<(i32, usize)>> {
+        None
     }
 
     /// Optional, for speed only: the key the next [`pop`](Self::pop) will

@@ -2,12 +2,8 @@
 //! the case of two levels.
 
 use super::list::{Links, List};
-use super::{Handle, Ordering, Queued};
+use super::{Handle, MAX_IDLE_LEVELS, Ordering, Queued};
 use crate::Lane;
-
-/// Levels are kept when they empty, so a steady mix of priorities does not
-/// allocate; past this many, empty ones are pruned.
-const MAX_IDLE_LEVELS: usize = 16;
 
 /// Highest priority first, FIFO within a priority: the default ordering.
 ///
@@ -117,6 +113,14 @@ impl Priorities {
     fn count(&self) -> usize {
         self.levels.iter().map(|l| l.keys.len).sum()
     }
+
+    fn counts(&self) -> Vec<(i32, usize)> {
+        self.levels
+            .iter()
+            .filter(|l| l.keys.len > 0)
+            .map(|l| (l.priority, l.keys.len))
+            .collect()
+    }
 }
 
 impl<K> Ordering<K> for Priorities {
@@ -148,6 +152,10 @@ impl<K> Ordering<K> for Priorities {
 
     fn len(&self) -> usize {
         self.count()
+    }
+
+    fn ready_by_priority(&self) -> Option<Vec<(i32, usize)>> {
+        Some(self.counts())
     }
 
     #[inline]
