@@ -134,23 +134,17 @@ impl ControllerMetrics {
             l
         };
         // Each series is created up front, so a fresh controller reports
-        // zeros rather than nothing (as controller-runtime does).
+        // zeros rather than nothing (as controller-runtime does), and kept:
+        // a reconcile then records without looking its labels up.
         let f = &self.families;
-        let results = [
-            with_result("success"),
-            with_result("error"),
-            with_result("requeue_after"),
-        ];
-        for r in &results {
-            drop(f.total.get_or_create(r));
-        }
-        drop(f.errors.get_or_create(&labels));
-        drop(f.panics.get_or_create(&labels));
-        drop(f.time.get_or_create(&labels));
+        let total = |result| f.total.get_or_create(&with_result(result)).clone();
         Recorder {
-            results,
-            labels,
-            families: self.families,
+            total: [total("success"), total("error"), total("requeue_after")],
+            errors: f.errors.get_or_create(&labels).clone(),
+            panics: f.panics.get_or_create(&labels).clone(),
+            time: f.time.get_or_create(&labels).clone(),
+            max_concurrent: f.max_concurrent.get_or_create(&labels).clone(),
+            active: f.active.get_or_create(&labels).clone(),
         }
     }
 }
@@ -166,42 +160,38 @@ pub(crate) enum Result {
 
 /// One controller's series.
 pub(crate) struct Recorder {
-    families: Arc<Families>,
-    labels: Labels,
-    /// `controller` and `result` labels for success, error, requeue_after.
-    results: [Labels; 3],
+    /// `reconcile_total` by result: success, error, requeue_after.
+    total: [Counter; 3],
+    errors: Counter,
+    panics: Counter,
+    time: Histogram,
+    max_concurrent: Gauge,
+    active: Gauge,
 }
 
 impl Recorder {
     pub(crate) fn max_concurrent(&self, n: usize) {
-        let n = i64::try_from(n).unwrap_or(i64::MAX);
-        self.families
-            .max_concurrent
-            .get_or_create(&self.labels)
-            .set(n);
+        self.max_concurrent
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
     pub(crate) fn active_workers(&self, n: usize) {
-        let n = i64::try_from(n).unwrap_or(i64::MAX);
-        self.families.active.get_or_create(&self.labels).set(n);
+        self.active.set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
-    pub(crate) fn finished(&self, result: &Result, took: Duration) {
-        let f = &self.families;
+    pub(crate) fn finished(&self, result: Result, took: Duration) {
         let index = match result {
             Result::Success => 0,
             Result::Error | Result::Panic => 1,
             Result::RequeueAfter => 2,
         };
-        f.total.get_or_create(&self.results[index]).inc();
+        self.total[index].inc();
         if matches!(result, Result::Error | Result::Panic) {
-            f.errors.get_or_create(&self.labels).inc();
+            self.errors.inc();
         }
-        if *result == Result::Panic {
-            f.panics.get_or_create(&self.labels).inc();
+        if result == Result::Panic {
+            self.panics.inc();
         }
-        f.time
-            .get_or_create(&self.labels)
-            .observe(took.as_secs_f64());
+        self.time.observe(took.as_secs_f64());
     }
 }

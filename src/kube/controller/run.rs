@@ -13,6 +13,7 @@
 //! ends, so it can never be handed out twice at once. Dropping the stream
 //! aborts the tasks in flight and ends their leases.
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::hash::Hash;
@@ -418,37 +419,39 @@ where
         // A refused add means the controller is shutting down: the trigger
         // has nowhere to go, as in kube-runtime.
         if self.work.add_with(key.clone(), opts).is_ok() {
-            match self.reasons.get(&key) {
-                Some((_, false)) => {}
-                _ => {
-                    self.reasons.insert(key, (reason, false));
+            match self.reasons.entry(key) {
+                Entry::Occupied(mut queued) => {
+                    if queued.get().1 {
+                        queued.insert((reason, false));
+                    }
+                }
+                Entry::Vacant(none) => {
+                    none.insert((reason, false));
                 }
             }
         }
     }
 
-    /// Starts reconciles while workers are free; tells whether it started
-    /// any.
-    fn poll_work(&mut self, cx: &mut Context<'_>) -> bool {
+    /// Starts reconciles while workers are free.
+    fn poll_work(&mut self, cx: &mut Context<'_>) {
         if self.phase == Phase::Stopping {
-            return false;
+            return;
         }
         if let Some(ready) = &mut self.ready {
             if ready.as_mut().poll(cx).is_pending() {
-                return false;
+                return;
             }
             tracing::debug!("store is ready, starting reconciles");
             self.ready = None;
         }
         // A follower keeps its keys queued for when it leads.
         if self.leader.as_ref().is_some_and(|l| !l.leading()) {
-            return false;
+            return;
         }
         // A fenced replica keeps its keys queued for when it renews.
         if self.shards.as_ref().is_some_and(Sharding::fenced) {
-            return false;
+            return;
         }
-        let mut started = false;
         for source in 0..self.pulls.len() {
             loop {
                 let pull = &mut self.pulls[source];
@@ -472,33 +475,30 @@ where
                                 Check::Parked => continue,
                             }
                         }
-                        let pull = &mut self.pulls[source];
-                        pull.in_flight += 1;
-                        self.start(source, item);
-                        started = true;
+                        if self.start(source, item) {
+                            self.pulls[source].in_flight += 1;
+                        }
                     }
                 }
             }
         }
-        started
     }
 
-    fn start(&mut self, source: usize, item: WorkItem<ObjectRef<K>, O>) {
-        let key = item.key().clone();
+    /// Starts a reconcile of `item`'s key; tells whether it did.
+    fn start(&mut self, source: usize, item: WorkItem<ObjectRef<K>, O>) -> bool {
+        let key = item.key();
         let reason = self
             .reasons
-            .remove(&key)
+            .remove(key)
             .map_or(ReconcileReason::Unknown, |(reason, _)| reason);
-        let Some(object) = self.store.get(&key) else {
+        let Some(object) = self.store.get(key) else {
             // kube-runtime's rule: cleanup of a deleted object goes through
             // finalizers, so a key whose object has left the store is
             // reported, not reconciled.
+            let missing = Box::new(key.clone().erase());
             item.forget();
-            drop(item);
-            self.pulls[source].in_flight -= 1;
-            self.out
-                .push_back(Err(Error::ObjectNotFound(Box::new(key.erase()))));
-            return;
+            self.out.push_back(Err(Error::ObjectNotFound(missing)));
+            return false;
         };
         let span = tracing::info_span!(
             "reconciling object",
@@ -512,13 +512,18 @@ where
             }))
         };
         let timeout = self.settings.reconcile_timeout;
-        let fence = self.leader.as_ref().and_then(Leadership::fence);
-        let stop = self.shards.as_mut().and_then(|s| s.started(&key));
+        let stop = match &self.leader {
+            Some(leader) => leader.fence().map(Stop::Leader),
+            None => self
+                .shards
+                .as_mut()
+                .and_then(|s| s.started(key))
+                .map(Stop::Shard),
+        };
         let finished: BoxFuture<'static, Finished<K, O, Fut::Error>> = match made {
             Ok(future) => {
                 let mut task = AbortOnDrop(tokio::spawn(
-                    run_one(TryFutureExt::into_future(future), timeout, fence, stop)
-                        .instrument(span),
+                    run_one(TryFutureExt::into_future(future), timeout, stop).instrument(span),
                 ));
                 async move {
                     let (outcome, took) = match (&mut task.0).await {
@@ -550,6 +555,7 @@ where
             .boxed(),
         };
         self.in_flight.push(finished);
+        true
     }
 
     /// Settles a finished reconcile: requeue or forget, then report.
@@ -566,9 +572,15 @@ where
         if let Some(shards) = &mut self.shards {
             shards.ended(&key);
         }
+        // A success's action, read once (reading it formats its `Debug`
+        // text): for the metrics' result label and for the requeue.
+        let delay = match &outcome {
+            Outcome::Done(Ok(action)) => requeue_after(action),
+            _ => Ok(None),
+        };
         #[cfg(feature = "prometheus")]
         if let Some(metrics) = &self.settings.metrics {
-            metrics.finished(&outcome_label(&outcome), took);
+            metrics.finished(outcome_label(&outcome, &delay), took);
         }
         #[cfg(not(feature = "prometheus"))]
         let _ = took;
@@ -576,7 +588,7 @@ where
             Outcome::Done(Ok(action)) => {
                 // Success forgets the key's failures (kube-rs#1916).
                 item.forget();
-                match requeue_after(&action) {
+                match delay {
                     Ok(None) => Ok((key, action)),
                     Ok(Some(delay)) => {
                         match item.requeue_after(delay) {
@@ -590,7 +602,7 @@ where
                         }
                         Ok((key, action))
                     }
-                    Err(text) => self.unreadable(item, key, text),
+                    Err(text) => self.unreadable(item, &key, text),
                 }
             }
             Outcome::Done(Err(error)) => {
@@ -606,7 +618,7 @@ where
                         }
                     }
                     Err(text) => {
-                        let report = self.unreadable(item, key.clone(), text);
+                        let report = self.unreadable(item, &key, text);
                         self.out.push_back(report);
                     }
                 }
@@ -660,13 +672,13 @@ where
     fn unreadable(
         &mut self,
         item: WorkItem<ObjectRef<K>, O>,
-        key: ObjectRef<K>,
+        key: &ObjectRef<K>,
         action: String,
     ) -> RunResult<K, Fut::Error> {
         tracing::error!(object.ref = %key, %action, "could not read the action; requeued with backoff");
-        self.retry_failed(item, &key);
+        self.retry_failed(item, key);
         Err(Error::QueueError(ControllerError::UnreadableAction {
-            object: Box::new(key.erase()),
+            object: Box::new(key.clone().erase()),
             action,
         }))
     }
@@ -697,30 +709,36 @@ fn refused<K: Resource, E>(key: ObjectRef<K>, error: AddError) -> RunResult<K, E
     }))
 }
 
+/// What ends a reconcile early, besides its timeout.
+enum Stop {
+    /// The leadership it started under ended a fencing grace ago.
+    Leader(Fence),
+    /// Its shard moved, or the replica fenced itself (see [`ShardStop`]).
+    Shard(ShardStop),
+}
+
 /// Runs one reconcile to its end, catching a panic and applying the
-/// timeout and the fence: a reconcile started under a leadership is
-/// dropped the fencing grace after that leadership ends, and one of a
-/// sharded controller when its [`ShardStop`] says so.
+/// timeout and the [`Stop`], if any (then it ends as `Fenced`).
 async fn run_one<F, E>(
     future: F,
     timeout: Option<Duration>,
-    fence: Option<Fence>,
-    stop: Option<ShardStop>,
+    stop: Option<Stop>,
 ) -> (Outcome<E>, Duration)
 where
     F: std::future::Future<Output = Result<Action, E>>,
 {
-    if fence.is_none() && stop.is_none() {
+    let Some(stop) = stop else {
         return run_timed(future, timeout).await;
-    }
-    if fence.as_ref().is_some_and(|f| !f.holds()) {
+    };
+    if let Stop::Leader(fence) = &stop
+        && !fence.holds()
+    {
         return (Outcome::Fenced, Duration::ZERO);
     }
     let stop = async move {
-        match (fence, stop) {
-            (Some(fence), _) => fence.ended().await,
-            (None, Some(stop)) => stop.ended().await,
-            (None, None) => future::pending().await,
+        match stop {
+            Stop::Leader(fence) => fence.ended().await,
+            Stop::Shard(shard) => shard.ended().await,
         }
     };
     let started = Instant::now();
@@ -754,11 +772,15 @@ where
     (outcome, started.elapsed())
 }
 
+/// The result label of `outcome`; `delay` is its action's requeue, read.
 #[cfg(feature = "prometheus")]
-fn outcome_label<E>(outcome: &Outcome<E>) -> super::metrics::Result {
+fn outcome_label<E>(
+    outcome: &Outcome<E>,
+    delay: &Result<Option<Duration>, String>,
+) -> super::metrics::Result {
     use super::metrics::Result as R;
     match outcome {
-        Outcome::Done(Ok(action)) => match requeue_after(action) {
+        Outcome::Done(Ok(_)) => match delay {
             Ok(None) => R::Success,
             Ok(Some(_)) => R::RequeueAfter,
             Err(_) => R::Error,
@@ -807,14 +829,14 @@ where
                 this.settle(finished);
                 settled = true;
             }
-            #[cfg(feature = "prometheus")]
-            if let Some(metrics) = &this.settings.metrics {
-                metrics.active_workers(this.in_flight.len());
-            }
             // Settling freed workers: take more keys before reporting.
             if !settled {
                 break;
             }
+        }
+        #[cfg(feature = "prometheus")]
+        if let Some(metrics) = &this.settings.metrics {
+            metrics.active_workers(this.in_flight.len());
         }
         if let Some(item) = this.out.pop_front() {
             return Poll::Ready(Some(item));
