@@ -201,12 +201,12 @@ impl Store {
                     // As kube-apiserver: the uid is a precondition no
                     // missing object meets; the resourceVersion is ignored.
                     if let Some(uid) = meta.get("uid").and_then(Value::as_str) {
-                        return Err(ApiError::new(
-                            409,
-                            "Conflict",
-                            format!(
-                                "Operation cannot be fulfilled on {}.{} \"{name}\": Precondition failed: UID in precondition: {uid}, UID in object meta: ",
-                                kind.plural, kind.group
+                        return Err(ApiError::conflict(
+                            &kind.group,
+                            &kind.plural,
+                            name,
+                            &format!(
+                                "Precondition failed: UID in precondition: {uid}, UID in object meta: "
                             ),
                         ));
                     }

@@ -208,10 +208,7 @@ impl<T, K, F, O: Ordering<K>> fmt::Debug for WatchAdapter<T, K, F, O> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("WatchAdapter")
             .field("priorities", &self.priorities)
-            .field("relist_deletions", &self.triage.relist_deletions_enabled())
-            .field("objects_seen", &self.triage.objects_seen())
-            .field("listing", &self.triage.listing_len())
-            .field("synced", &self.triage.is_synced())
+            .field("triage", &self.triage)
             .finish_non_exhaustive()
     }
 }

@@ -91,22 +91,6 @@ impl<Key> Triage<Key> {
     pub(crate) fn relist_deletions(&mut self, enabled: bool) {
         self.relist_deletions = enabled;
     }
-
-    pub(crate) fn relist_deletions_enabled(&self) -> bool {
-        self.relist_deletions
-    }
-
-    pub(crate) fn objects_seen(&self) -> usize {
-        self.seen.len()
-    }
-
-    pub(crate) fn listing_len(&self) -> Option<usize> {
-        self.listing.as_ref().map(HashSet::len)
-    }
-
-    pub(crate) fn is_synced(&self) -> bool {
-        self.synced
-    }
 }
 
 impl<Key: Clone + PartialEq> Triage<Key> {
@@ -124,16 +108,8 @@ impl<Key: Clone + PartialEq> Triage<Key> {
                 self.listing
                     .get_or_insert_with(HashSet::new)
                     .insert(id.clone());
-                let synced = self.synced;
-                self.apply(id, &object, key_fn, emit, |same| {
-                    if !synced {
-                        Cause::InitialList
-                    } else if same {
-                        Cause::Unchanged
-                    } else {
-                        Cause::Changed
-                    }
-                });
+                let initial = !self.synced;
+                self.apply(id, &object, initial, key_fn, emit);
             }
             Event::Apply(object) => self.object(&object, false, key_fn, emit),
             Event::Delete(object) => {
@@ -180,25 +156,16 @@ impl<Key: Clone + PartialEq> Triage<Key> {
         key_fn: impl FnOnce(&T) -> Key,
         emit: impl FnMut(Key, Cause) -> bool,
     ) {
-        let id = object_id(object);
-        self.apply(id, object, key_fn, emit, |same| {
-            if initial {
-                Cause::InitialList
-            } else if same {
-                Cause::Unchanged
-            } else {
-                Cause::Changed
-            }
-        });
+        self.apply(object_id(object), object, initial, key_fn, emit);
     }
 
     fn apply<T: Resource>(
         &mut self,
         id: ObjectId,
         object: &T,
+        initial: bool,
         key_fn: impl FnOnce(&T) -> Key,
         mut emit: impl FnMut(Key, Cause) -> bool,
-        cause: impl FnOnce(bool) -> Cause,
     ) {
         let key = key_fn(object);
         let resource_version = object.meta().resource_version.clone();
@@ -207,7 +174,14 @@ impl<Key: Clone + PartialEq> Triage<Key> {
                 && resource_version.is_some()
                 && seen.resource_version == resource_version
         });
-        if emit(key.clone(), cause(same)) {
+        let cause = if initial {
+            Cause::InitialList
+        } else if same {
+            Cause::Unchanged
+        } else {
+            Cause::Changed
+        };
+        if emit(key.clone(), cause) {
             self.seen.insert(
                 id,
                 Seen {
