@@ -31,78 +31,28 @@
 //! `PROPTEST_CASES` sets the number of cases (512 by default); a long run is
 //! `PROPTEST_CASES=100000 cargo test --release --test model`.
 
+#[path = "support/strategies.rs"]
+mod strategies;
 mod support;
 
 use proptest::prelude::*;
+use strategies::{cases, config, hand_outs, narrow_op};
 use support::driver::{Config, EndHow, Op, run};
 use support::model::Key;
 use support::order_model::OrderingKind;
 
-const KEYS: Key = 6;
-
-fn op() -> impl Strategy<Value = Op> {
-    let key = 0..KEYS;
-    let delay = prop_oneof![3 => Just(0u8), 2 => 1..=6u8];
-    let how = prop_oneof![
-        2 => Just(EndHow::Drop),
-        2 => Just(EndHow::Done),
-        2 => Just(EndHow::Requeue(0)),
-        2 => (1..=6u8).prop_map(EndHow::Requeue),
-        1 => Just(EndHow::RequeueRateLimited),
-    ];
-    prop_oneof![
-        10 => (key.clone(), -2..=2i8, delay, prop::bool::weighted(0.15)).prop_map(
-            |(key, priority, delay_ms, rate_limited)| Op::Add {
-                key,
-                priority,
-                delay_ms,
-                rate_limited,
-            }
-        ),
-        5 => Just(Op::Get),
-        2 => Just(Op::PollGets),
-        1 => any::<u8>().prop_map(Op::DropGet),
-        2 => Just(Op::StreamNext),
-        1 => Just(Op::DropStream),
-        5 => (any::<u8>(), how).prop_map(|(lease, how)| Op::End { lease, how }),
-        1 => key.prop_map(Op::Forget),
-        3 => (1..=5u8).prop_map(Op::Advance),
-        1 => Just(Op::Shutdown),
-        1 => Just(Op::Drain),
-    ]
-}
-
-fn config() -> impl Strategy<Value = Config> {
-    prop_oneof![
-        3 => Just(None),
-        1 => Just(Some(0u8)),
-        2 => (1..=12u8).prop_map(Some),
-    ]
-    .prop_flat_map(|starvation_bound_ms| {
-        prop::bool::weighted(0.3).prop_map(move |metrics| Config {
-            starvation_bound_ms,
-            metrics,
-            ordering: OrderingKind::Priorities,
-        })
-    })
-}
-
-fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(512)
-}
-
 proptest! {
     #![proptest_config(ProptestConfig {
-        cases: cases(),
+        cases: cases(512),
         max_shrink_iters: 10_000,
         ..ProptestConfig::default()
     })]
 
     #[test]
-    fn the_queue_behaves_as_the_model(cfg in config(), ops in prop::collection::vec(op(), 1..120)) {
+    fn the_queue_behaves_as_the_model(
+        cfg in config(OrderingKind::Priorities),
+        ops in prop::collection::vec(narrow_op(), 1..120),
+    ) {
         run(cfg, &ops);
     }
 }
@@ -118,51 +68,6 @@ fn add(key: Key, priority: i8, delay_ms: u8) -> Op {
         delay_ms,
         rate_limited: false,
     }
-}
-
-/// Runs `ops` against the model and returns the model's hand-outs (key,
-/// priority) in order; the driver checks the real queue agrees.
-fn hand_outs(cfg: Config, ops: &[Op]) -> Vec<(Key, i32)> {
-    use support::model::{Backoff, End, Model};
-    // The same ops through the real queue first: it must agree step by step.
-    run(cfg, ops);
-    let mut m = Model::new(
-        cfg.starvation_bound_ms.map(u64::from),
-        Backoff::new(1, 4),
-        cfg.ordering,
-    );
-    let mut leased: Vec<Key> = Vec::new();
-    let mut out = Vec::new();
-    for op in ops {
-        match *op {
-            Op::Add {
-                key,
-                priority,
-                delay_ms,
-                rate_limited,
-            } => {
-                let _ = m.add(key, priority.into(), delay_ms.into(), rate_limited);
-            }
-            Op::Get => {
-                if let Some((k, p)) = m.pop() {
-                    out.push((k, p));
-                    leased.push(k);
-                }
-            }
-            Op::End { lease, how } => {
-                let k = leased.remove(usize::from(lease) % leased.len());
-                let end = match how {
-                    EndHow::Drop | EndHow::Done => End::Done,
-                    EndHow::Requeue(ms) => End::Requeue(ms.into()),
-                    EndHow::RequeueRateLimited => End::RequeueRateLimited,
-                };
-                let _ = m.finish(k, end);
-            }
-            Op::Advance(ms) => (0..ms).for_each(|_| m.tick()),
-            _ => unimplemented!("scenario op {op:?}"),
-        }
-    }
-    out
 }
 
 const STRICT: Config = Config {

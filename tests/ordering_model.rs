@@ -17,49 +17,15 @@
 //! members; immediate adds, gets, lease ends). `PROPTEST_CASES` sets the
 //! number of cases (256 per test by default).
 
+#[path = "support/strategies.rs"]
+mod strategies;
 mod support;
 
 use proptest::prelude::*;
+use strategies::{cases, config, end_how, narrow_op};
 use support::driver::{Config, EndHow, Op, run};
 use support::model::Key;
 use support::order_model::OrderingKind;
-
-fn end_how() -> impl Strategy<Value = EndHow> {
-    prop_oneof![
-        2 => Just(EndHow::Drop),
-        2 => Just(EndHow::Done),
-        2 => Just(EndHow::Requeue(0)),
-        1 => (1..=6u8).prop_map(EndHow::Requeue),
-        1 => Just(EndHow::RequeueRateLimited),
-    ]
-}
-
-/// The language of `tests/model.rs`: few keys, delays, rate limits,
-/// dropped gets, streams, shutdowns and drains.
-fn narrow_op() -> impl Strategy<Value = Op> {
-    let key = 0..6 as Key;
-    let delay = prop_oneof![3 => Just(0u8), 2 => 1..=6u8];
-    prop_oneof![
-        10 => (key.clone(), -2..=2i8, delay, prop::bool::weighted(0.15)).prop_map(
-            |(key, priority, delay_ms, rate_limited)| Op::Add {
-                key,
-                priority,
-                delay_ms,
-                rate_limited,
-            }
-        ),
-        5 => Just(Op::Get),
-        2 => Just(Op::PollGets),
-        1 => any::<u8>().prop_map(Op::DropGet),
-        2 => Just(Op::StreamNext),
-        1 => Just(Op::DropStream),
-        5 => (any::<u8>(), end_how()).prop_map(|(lease, how)| Op::End { lease, how }),
-        1 => key.prop_map(Op::Forget),
-        3 => (1..=5u8).prop_map(Op::Advance),
-        1 => Just(Op::Shutdown),
-        1 => Just(Op::Drain),
-    ]
-}
 
 /// Many keys, so that tenants and sub-groups hold several each: immediate
 /// adds, gets and lease ends, and the clock (for the starvation bound).
@@ -78,26 +44,6 @@ fn wide_op() -> impl Strategy<Value = Op> {
     ]
 }
 
-fn config(ordering: OrderingKind) -> impl Strategy<Value = Config> {
-    let bound = prop_oneof![
-        3 => Just(None),
-        1 => Just(Some(0u8)),
-        2 => (1..=12u8).prop_map(Some),
-    ];
-    (bound, prop::bool::weighted(0.3)).prop_map(move |(starvation_bound_ms, metrics)| Config {
-        starvation_bound_ms,
-        metrics,
-        ordering,
-    })
-}
-
-fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(256)
-}
-
 /// The narrow language of `tests/model.rs` and the wide one, for `ordering`.
 fn both_languages(ordering: OrderingKind) -> impl Strategy<Value = (Config, Vec<Op>)> {
     let narrow = prop::collection::vec(narrow_op(), 1..120);
@@ -107,7 +53,7 @@ fn both_languages(ordering: OrderingKind) -> impl Strategy<Value = (Config, Vec<
 
 proptest! {
     #![proptest_config(ProptestConfig {
-        cases: cases(),
+        cases: cases(256),
         max_shrink_iters: 10_000,
         ..ProptestConfig::default()
     })]
@@ -160,43 +106,17 @@ fn add(key: Key, priority: i8) -> Op {
     }
 }
 
-/// Runs `ops` (adds, gets and lease ends) through the real queue and the
-/// model, and returns the model's hand-outs (key, priority) in order.
+/// [`strategies::hand_outs`] for `ordering`, with metrics, with or without a
+/// starvation bound.
 fn hand_outs(ordering: OrderingKind, bound_ms: Option<u8>, ops: &[Op]) -> Vec<(Key, i32)> {
-    use support::model::{Backoff, End, Model};
-    let cfg = Config {
-        starvation_bound_ms: bound_ms,
-        metrics: true,
-        ordering,
-    };
-    run(cfg, ops);
-    let mut m = Model::new(bound_ms.map(u64::from), Backoff::new(1, 4), ordering);
-    let mut leased: Vec<Key> = Vec::new();
-    let mut out = Vec::new();
-    for op in ops {
-        match *op {
-            Op::Add { key, priority, .. } => {
-                let _ = m.add(key, priority.into(), 0, false);
-            }
-            Op::Get => {
-                if let Some((k, p)) = m.pop() {
-                    out.push((k, p));
-                    leased.push(k);
-                }
-            }
-            Op::End { lease, how } => {
-                let k = leased.remove(usize::from(lease) % leased.len());
-                let end = match how {
-                    EndHow::Requeue(0) => End::Requeue(0),
-                    _ => End::Done,
-                };
-                let _ = m.finish(k, end);
-            }
-            Op::Advance(ms) => (0..ms).for_each(|_| m.tick()),
-            _ => unimplemented!("scenario op {op:?}"),
-        }
-    }
-    out
+    strategies::hand_outs(
+        Config {
+            starvation_bound_ms: bound_ms,
+            metrics: true,
+            ordering,
+        },
+        ops,
+    )
 }
 
 fn gets(n: usize) -> impl Iterator<Item = Op> {
