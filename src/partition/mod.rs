@@ -125,6 +125,18 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
 }
 
 /// The message of a panic payload, as the default panic hook prints it.
+/// `route(key) % n`, or, if `route` panicked, the panic's message (the
+/// key then goes to partition 0; what else happens is the caller's).
+pub(crate) fn route_index<K>(
+    route: &(dyn Fn(&K) -> usize + Send + Sync),
+    key: &K,
+    n: usize,
+) -> Result<usize, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| route(key)))
+        .map(|i| i % n)
+        .map_err(|payload| panic_message(&*payload))
+}
+
 pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = payload.downcast_ref::<&'static str>() {
         (*s).to_owned()

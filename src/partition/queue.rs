@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::{PanicSource, PartitionPanic, PartitionedBuilder, ZeroPartitions, panic_message};
+use super::{PanicSource, PartitionPanic, PartitionedBuilder, ZeroPartitions, route_index};
 use crate::{AddError, AddOpts, Lane, WorkQueue};
 
 pub(crate) type PartitionFn<K> = Box<dyn Fn(&K) -> usize + Send + Sync>;
@@ -107,9 +107,9 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Partitioned<K> {
     /// `partition_fn` panics (which is counted and reported as on an add).
     pub fn partition_of(&self, key: &K) -> usize {
         let n = self.inner.queues.len();
-        match catch_unwind(AssertUnwindSafe(|| (self.inner.partition_fn)(key))) {
-            Ok(i) => i % n,
-            Err(payload) => {
+        match route_index(&*self.inner.partition_fn, key, n) {
+            Ok(i) => i,
+            Err(message) => {
                 self.inner
                     .partition_fn_panics
                     .fetch_add(1, Ordering::Relaxed);
@@ -117,7 +117,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Partitioned<K> {
                     source: PanicSource::PartitionFn,
                     partition: 0,
                     key: key.clone(),
-                    message: panic_message(&*payload),
+                    message,
                     requeued: None,
                 });
                 0

@@ -41,7 +41,7 @@ use super::sharding::{Check, ShardStop, Sharding};
 use super::triggers::{Trigger, TriggerStream};
 use crate::kube::WatchPriorities;
 use crate::ordering::Ordering;
-use crate::partition::panic_message;
+use crate::partition::{panic_message, route_index};
 use crate::{AddError, AddOpts, WorkItem, WorkQueue};
 
 /// How many trigger events one poll takes before it lets the rest of the
@@ -80,16 +80,13 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, O: Ordering<K>> Work<K, O> {
         let Some(route) = &self.route else {
             return 0;
         };
-        match std::panic::catch_unwind(AssertUnwindSafe(|| route(key))) {
-            Ok(i) => i % self.queues.len(),
-            Err(panic) => {
-                tracing::error!(
-                    panic.message = %panic_message(&*panic),
-                    "partition function panicked; the key goes to partition 0"
-                );
-                0
-            }
-        }
+        route_index(&**route, key, self.queues.len()).unwrap_or_else(|message| {
+            tracing::error!(
+                panic.message = %message,
+                "partition function panicked; the key goes to partition 0"
+            );
+            0
+        })
     }
 
     fn add_with(&self, key: K, opts: AddOpts) -> Result<(), AddError> {
