@@ -490,16 +490,7 @@ impl Store {
                 return Ok(old);
             }
             let mut new = (*old).clone();
-            {
-                let m = meta_mut(&mut new);
-                m.insert("deletionTimestamp".into(), json!(now()));
-                m.insert("deletionGracePeriodSeconds".into(), json!(0));
-                if let Some(g) = m.get("generation").and_then(Value::as_i64)
-                    && g > 0
-                {
-                    m.insert("generation".into(), json!(g + 1));
-                }
-            }
+            mark_deleting(&mut new);
             if is_namespace {
                 new["status"] = json!({ "phase": "Terminating" });
             }
@@ -560,6 +551,17 @@ impl Store {
 
     /// Replaces the stored object without a version or an event (the state
     /// a removal then reports as the last one).
+    /// Stores `new` (the settled form of `old`), or removes the object if
+    /// nothing holds it any more (being deleted, no finalizers left).
+    fn finish_or_put(&mut self, key: ObjKey, new: Value, old: &Value) {
+        if ready_to_go(&new) {
+            self.put_quietly(&key, new);
+            self.remove(&key);
+        } else if new != *old {
+            self.put(key, new);
+        }
+    }
+
     fn put_quietly(&mut self, key: &ObjKey, object: Value) {
         self.objects.insert(key.clone(), Arc::new(object));
     }
@@ -625,14 +627,7 @@ impl Store {
                 return;
             }
             let mut new = (*object).clone();
-            let m = meta_mut(&mut new);
-            m.insert("deletionTimestamp".into(), json!(now()));
-            m.insert("deletionGracePeriodSeconds".into(), json!(0));
-            if let Some(g) = m.get("generation").and_then(Value::as_i64)
-                && g > 0
-            {
-                m.insert("generation".into(), json!(g + 1));
-            }
+            mark_deleting(&mut new);
             self.put(key.clone(), new);
         } else {
             self.remove(key);
@@ -661,12 +656,7 @@ impl Store {
                 if let Some(spec) = new.get_mut("spec").and_then(Value::as_object_mut) {
                     spec.remove("finalizers");
                 }
-                if ready_to_go(&new) {
-                    self.put_quietly(&key, new);
-                    self.remove(&key);
-                } else if new != *object {
-                    self.put(key, new);
-                }
+                self.finish_or_put(key, new, &object);
             }
             for crd in self.terminating_crds.clone() {
                 let key = crd_key(&crd);
@@ -693,12 +683,7 @@ impl Store {
                     .filter(|f| f != CRD_CLEANUP)
                     .collect();
                 set_finalizers(&mut new, &left);
-                if ready_to_go(&new) {
-                    self.put_quietly(&key, new);
-                    self.remove(&key);
-                } else if new != *object {
-                    self.put(key, new);
-                }
+                self.finish_or_put(key, new, &object);
             }
             if !progress {
                 break;
@@ -814,6 +799,19 @@ fn crd_key(name: &str) -> ObjKey {
 
 /// Deleting, and nothing holds it any more: no finalizers (and, for a
 /// Namespace, no `spec.finalizers`).
+/// Marks `object` as being deleted: `deletionTimestamp` now, no grace
+/// period, and its generation bumped if it keeps one.
+fn mark_deleting(object: &mut Value) {
+    let m = meta_mut(object);
+    m.insert("deletionTimestamp".into(), json!(now()));
+    m.insert("deletionGracePeriodSeconds".into(), json!(0));
+    if let Some(g) = m.get("generation").and_then(Value::as_i64)
+        && g > 0
+    {
+        m.insert("generation".into(), json!(g + 1));
+    }
+}
+
 fn ready_to_go(object: &Value) -> bool {
     is_deleting(object)
         && finalizers(object).is_empty()

@@ -180,10 +180,16 @@ impl WatchSub {
     }
 }
 
-/// `{"type":..,"object":..}` and a newline.
+/// `{"type":..,"object":..}` and a newline, written around the object
+/// (which `json!` would deep-copy first, for every event and watcher).
 pub(crate) fn event_line(ty: &str, object: &Value) -> String {
-    let mut line = serde_json::to_string(&json!({ "type": ty, "object": object }))
-        .expect("JSON values serialize");
+    #[derive(serde::Serialize)]
+    struct Event<'a> {
+        #[serde(rename = "type")]
+        ty: &'a str,
+        object: &'a Value,
+    }
+    let mut line = serde_json::to_string(&Event { ty, object }).expect("JSON values serialize");
     line.push('\n');
     line
 }
