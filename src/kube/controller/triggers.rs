@@ -50,13 +50,31 @@ pub(crate) struct Trigger<K: Resource> {
 
 pub(crate) type TriggerStream<K> = BoxStream<'static, Result<Trigger<K>, watcher::Error>>;
 
-/// Whether the store's first list is complete.
-pub(crate) fn is_ready<K>(store: &Store<K>) -> bool
+/// Whether a store's first list is still in progress: asked of the store
+/// until it says no, which it never takes back.
+struct Listing<K: Resource + 'static>
+where
+    K::DynamicType: Eq + Hash + Clone,
+{
+    store: Store<K>,
+    done: bool,
+}
+
+impl<K> Listing<K>
 where
     K: Resource + Clone + 'static,
     K::DynamicType: Eq + Hash + Clone,
 {
-    store.wait_until_ready().now_or_never().is_some()
+    fn new(store: Store<K>) -> Self {
+        Listing { store, done: false }
+    }
+
+    fn in_progress(&mut self) -> bool {
+        if !self.done {
+            self.done = self.store.wait_until_ready().now_or_never().is_some();
+        }
+        !self.done
+    }
 }
 
 /// Each item of `items` becomes the triggers `triage` pushes for it; a
@@ -146,13 +164,14 @@ where
     S: futures_core::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
 {
     let mut triage = Triage::<ObjectRef<K>>::new();
+    let mut listing = Listing::new(store);
     objects
         .map(move |object| {
             object.map(|object| {
                 let mut trigger = None;
                 triage.object(
                     &object,
-                    !is_ready(&store),
+                    listing.in_progress(),
                     |object| ObjectRef::from_obj_with(object, dyntype.clone()),
                     |key, cause| {
                         trigger = Some(Trigger {
@@ -219,10 +238,11 @@ where
     I: IntoIterator<Item = ObjectRef<K>>,
 {
     let mut triage = Triage::<Related<K>>::new();
+    let mut listing = Listing::new(main_store);
     per_item(objects, move |object, out| {
         triage.object(
             &object,
-            !is_ready(&main_store),
+            listing.in_progress(),
             |object| related(object, &dyntype, &mapper),
             |(keys, object), cause| {
                 push_related(out, keys, &object, cause);
