@@ -1,7 +1,7 @@
 //! Configuring a queue before it is built.
 
+use crate::Key;
 use std::fmt;
-use std::hash::Hash;
 #[cfg(feature = "kube")]
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,7 +35,7 @@ pub struct Builder<K, O = Priorities> {
     ordering: O,
 }
 
-impl<K: Clone + Eq + Hash + Send + Sync + 'static> Builder<K> {
+impl<K: Key> Builder<K> {
     /// An unnamed queue with the default ordering ([`Priorities`]: FIFO
     /// within a priority) and the default controller rate limiter.
     pub fn new() -> Self {
@@ -50,7 +50,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Builder<K> {
     }
 }
 
-impl<K: Clone + Eq + Hash + Send + Sync + 'static, O: Ordering<K>> Builder<K, O> {
+impl<K: Key, O: Ordering<K>> Builder<K, O> {
     /// The queue's name: the `name` label of its metrics.
     pub fn name(mut self, name: impl Into<String>) -> Self {
         self.name = name.into();
@@ -164,7 +164,7 @@ impl<K, O> Builder<K, O> {
 }
 
 #[cfg(feature = "kube")]
-impl<K: Clone + Eq + Hash + Send + Sync + 'static, O: Ordering<K> + Clone> Builder<K, O> {
+impl<K: Key, O: Ordering<K> + Clone> Builder<K, O> {
     /// `n` builders for the partitions of one queue: they share this one's
     /// rate limiter, metrics hook and throttle, keep its starvation bound,
     /// and keep its name.
@@ -193,7 +193,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, O: Ordering<K> + Clone> Build
     }
 }
 
-impl<K: Clone + Eq + Hash + Send + Sync + 'static> Default for Builder<K> {
+impl<K: Key> Default for Builder<K> {
     fn default() -> Self {
         Self::new()
     }

@@ -1,7 +1,7 @@
 //! The lease on a key: a guard that ends it on every path.
 
+use crate::Key;
 use std::fmt;
-use std::hash::Hash;
 use std::ops::Deref;
 use std::time::Duration;
 
@@ -49,7 +49,7 @@ pub struct WorkItem<K, O: Ordering<K> = Priorities> {
     ended: bool,
 }
 
-impl<K: Clone + Eq + Hash + Send + Sync + 'static, O: Ordering<K>> WorkItem<K, O> {
+impl<K: Key, O: Ordering<K>> WorkItem<K, O> {
     pub(crate) fn new(
         shared: Arc<Shared<K, O>>,
         key: K,

@@ -97,6 +97,7 @@
 mod builder;
 mod error;
 mod item;
+mod key;
 #[cfg(feature = "kube")]
 pub mod kube;
 pub mod limiter;
@@ -114,6 +115,7 @@ mod timer;
 pub use builder::Builder;
 pub use error::AddError;
 pub use item::WorkItem;
+pub use key::Key;
 pub use limiter::{
     ExponentialBackoff, FastSlow, InvalidLimiter, MaxOf, RateLimiter, TokenBucket, WithMaxWait,
     default_controller_rate_limiter,

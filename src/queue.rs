@@ -6,9 +6,10 @@
 //! released. A consumer that finds nothing ready parks on a `Notify`, and
 //! each key that becomes ready wakes one parked consumer, never all of them.
 
+use crate::Key;
 use std::fmt;
 use std::future::Future;
-use std::hash::{BuildHasher, Hash};
+use std::hash::BuildHasher;
 use std::pin::{Pin, pin};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -92,14 +93,14 @@ pub(crate) struct Shared<K, O: Ordering<K>> {
 pub(crate) type StartTimer<K, O> = fn(&Arc<Shared<K, O>>, &mut State<K, O>) -> Result<(), AddError>;
 
 /// What one attempt to take a key found.
-enum Take<K: Clone + Eq + Hash + Send + Sync + 'static, O: Ordering<K>> {
+enum Take<K: Key, O: Ordering<K>> {
     Item(WorkItem<K, O>),
     Empty,
     Closed,
     Throttled(Duration),
 }
 
-impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
+impl<K: Key> WorkQueue<K> {
     /// A queue with the default ordering ([`Priorities`]: FIFO within a
     /// priority), the default controller rate limiter and no metrics.
     pub fn new() -> Self {
@@ -113,7 +114,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
     }
 }
 
-impl<K: Clone + Eq + Hash + Send + Sync + 'static, O: Ordering<K>> WorkQueue<K, O> {
+impl<K: Key, O: Ordering<K>> WorkQueue<K, O> {
     pub(crate) fn from_builder(
         name: String,
         limiter: Box<dyn RateLimiter<K>>,
@@ -318,7 +319,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, O: Ordering<K>> WorkQueue<K, 
     }
 }
 
-impl<K: Clone + Eq + Hash + Send + Sync + 'static, O: Ordering<K>> Shared<K, O> {
+impl<K: Key, O: Ordering<K>> Shared<K, O> {
     /// Whether a rate-limited add could go ahead now: the queue is open, and
     /// a delay could be timed (a runtime is current, or the timer task of an
     /// earlier one still runs). Asked before the limiter, which counts a
@@ -450,7 +451,7 @@ pub(crate) fn refused(r: Refused) -> AddError {
     }
 }
 
-impl<K: Clone + Eq + Hash + Send + Sync + 'static, O: Ordering<K>> Source for Shared<K, O> {
+impl<K: Key, O: Ordering<K>> Source for Shared<K, O> {
     fn snapshot(&self) -> Snapshot {
         Shared::snapshot(self)
     }
@@ -473,7 +474,7 @@ impl<K, O: Ordering<K>> Drop for Parked<'_, K, O> {
     }
 }
 
-impl<K: Clone + Eq + Hash + Send + Sync + 'static> Default for WorkQueue<K> {
+impl<K: Key> Default for WorkQueue<K> {
     fn default() -> Self {
         Self::new()
     }
@@ -498,7 +499,7 @@ impl<K, O: Ordering<K>> fmt::Debug for WorkQueue<K, O> {
     }
 }
 
-impl<K: Clone + Eq + Hash + Send + Sync + 'static, O: Ordering<K>> Stream for WorkQueue<K, O> {
+impl<K: Key, O: Ordering<K>> Stream for WorkQueue<K, O> {
     type Item = WorkItem<K, O>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<WorkItem<K, O>>> {

@@ -14,8 +14,8 @@
 //! An idle wheel costs nothing: the task sleeps until the earliest deadline,
 //! and the first new delay since its last round wakes it.
 
+use crate::Key;
 use std::future::poll_fn;
-use std::hash::Hash;
 use std::sync::{Arc, Weak};
 use std::task::Poll;
 use std::time::Duration;
@@ -37,7 +37,7 @@ const WHEEL_REFRESH: Duration = Duration::from_secs(30 * 24 * 60 * 60);
 /// Starts the timer task if there is none, or if the runtime that ran the
 /// last one has gone (its wheel went with it, so every pending delay is sent
 /// to the new task).
-pub(crate) fn ensure_running<K: Clone + Eq + Hash + Send + Sync + 'static, O: Ordering<K>>(
+pub(crate) fn ensure_running<K: Key, O: Ordering<K>>(
     shared: &Arc<Shared<K, O>>,
     st: &mut State<K, O>,
 ) -> Result<(), AddError> {
@@ -118,10 +118,7 @@ impl Wheel {
 }
 
 /// `epoch` is the state's, which entries' deadlines count from.
-async fn run<K: Clone + Eq + Hash + Send + Sync + 'static, O: Ordering<K>>(
-    queue: Weak<Shared<K, O>>,
-    epoch: Instant,
-) {
+async fn run<K: Key, O: Ordering<K>>(queue: Weak<Shared<K, O>>, epoch: Instant) {
     let mut wheel = Wheel::new();
     poll_fn(|cx| {
         loop {

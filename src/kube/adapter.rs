@@ -1,5 +1,6 @@
 //! From kube-runtime watcher events to queue adds.
 
+use crate::Key;
 use std::collections::VecDeque;
 use std::fmt;
 use std::hash::Hash;
@@ -228,7 +229,7 @@ where
 impl<T, K, F, O> WatchAdapter<T, K, F, O>
 where
     T: Resource,
-    K: Clone + Eq + Hash + Send + Sync + 'static,
+    K: Key,
     F: FnMut(&T) -> K,
     O: Ordering<K>,
 {
@@ -303,7 +304,7 @@ where
 
 /// Adds `key` for `cause` with its priority, records the outcome in `out`,
 /// and tells whether the queue took it.
-fn add<K: Clone + Eq + Hash + Send + Sync + 'static, O: Ordering<K>>(
+fn add<K: Key, O: Ordering<K>>(
     queue: &WorkQueue<K, O>,
     priorities: &WatchPriorities,
     out: &mut VecDeque<Result<Enqueued<K>, EnqueueError<K>>>,
@@ -364,7 +365,7 @@ impl<S, T, K, F, O> Stream for Enqueue<S, T, K, F, O>
 where
     S: Stream<Item = Result<Event<T>, watcher::Error>>,
     T: Resource,
-    K: Clone + Eq + Hash + Send + Sync + 'static,
+    K: Key,
     F: FnMut(&T) -> K,
     O: Ordering<K>,
 {
@@ -443,7 +444,7 @@ pub trait WatchQueueExt<T>: Stream<Item = Result<Event<T>, watcher::Error>> + Si
     fn enqueue_with<K, F, O>(self, adapter: WatchAdapter<T, K, F, O>) -> Enqueue<Self, T, K, F, O>
     where
         T: Resource,
-        K: Clone + Eq + Hash + Send + Sync + 'static,
+        K: Key,
         F: FnMut(&T) -> K,
         O: Ordering<K>,
     {

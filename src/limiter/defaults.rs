@@ -1,6 +1,6 @@
 //! The default limiter of a controller's queue.
 
-use std::hash::Hash;
+use crate::Key;
 use std::time::Duration;
 
 use super::{ExponentialBackoff, MaxOf, TokenBucket};
@@ -25,7 +25,7 @@ use super::{ExponentialBackoff, MaxOf, TokenBucket};
 /// ```
 pub fn default_controller_rate_limiter<K>() -> MaxOf<K>
 where
-    K: Clone + Eq + Hash + Send + Sync + 'static,
+    K: Key,
 {
     MaxOf::default()
         .with(ExponentialBackoff::new_unchecked(

@@ -1,8 +1,8 @@
 //! Per-key exponential backoff.
 
+use crate::Key;
 use std::collections::HashMap;
 use std::fmt;
-use std::hash::Hash;
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -105,7 +105,7 @@ impl<K> ExponentialBackoff<K> {
 
 impl<K> RateLimiter<K> for ExponentialBackoff<K>
 where
-    K: Clone + Eq + Hash + Send + Sync + 'static,
+    K: Key,
 {
     fn when(&self, key: &K) -> Duration {
         let exp = {

@@ -1,8 +1,8 @@
 //! Per-key fast-then-slow retries.
 
+use crate::Key;
 use std::collections::HashMap;
 use std::fmt;
-use std::hash::Hash;
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -88,7 +88,7 @@ impl<K> FastSlow<K> {
 
 impl<K> RateLimiter<K> for FastSlow<K>
 where
-    K: Clone + Eq + Hash + Send + Sync + 'static,
+    K: Key,
 {
     fn when(&self, key: &K) -> Duration {
         let attempt = {

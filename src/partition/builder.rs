@@ -1,7 +1,7 @@
 //! Configuring a partitioned queue before it is built.
 
+use crate::Key;
 use std::fmt;
-use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -44,7 +44,7 @@ pub struct PartitionedBuilder<K> {
     on_panic: Option<PanicHook<K>>,
 }
 
-impl<K: Clone + Eq + Hash + Send + Sync + 'static> PartitionedBuilder<K> {
+impl<K: Key> PartitionedBuilder<K> {
     /// `n` partitions, each key going to partition `partition_fn(&key)`
     /// (reduced modulo `n`). Nothing else is set: the partitions are unnamed
     /// and share one [`default_controller_rate_limiter`].

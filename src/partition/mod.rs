@@ -74,6 +74,7 @@
 //! # }
 //! ```
 
+use crate::Key;
 use std::fmt;
 use std::hash::Hash;
 
@@ -103,7 +104,7 @@ impl fmt::Display for ZeroPartitions {
 
 impl std::error::Error for ZeroPartitions {}
 
-impl<K: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<K> {
+impl<K: Key> WorkQueue<K> {
     /// `n` queues behind one handle, each key going to partition
     /// `partition_fn(&key)`: the same as [`Partitioned::new`].
     ///

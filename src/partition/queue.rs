@@ -1,7 +1,7 @@
 //! The partitioned queue handle: routing adds to partitions.
 
+use crate::Key;
 use std::fmt;
-use std::hash::Hash;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -51,7 +51,7 @@ struct Inner<K> {
     running: AtomicBool,
 }
 
-impl<K: Clone + Eq + Hash + Send + Sync + 'static> Partitioned<K> {
+impl<K: Key> Partitioned<K> {
     /// `n` partitions, each key going to partition `partition_fn(&key)`, with
     /// the defaults of [`PartitionedBuilder`]. Refuses `n == 0`.
     ///

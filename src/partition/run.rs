@@ -1,5 +1,6 @@
 //! Running a partitioned queue: one task per partition, one key at a time.
 
+use crate::Key;
 use std::fmt;
 use std::future::{Future, IntoFuture};
 use std::hash::Hash;
@@ -65,7 +66,7 @@ impl<K: fmt::Debug> fmt::Display for PartitionPanic<K> {
     }
 }
 
-impl<K: Clone + Eq + Hash + Send + Sync + 'static> Partitioned<K> {
+impl<K: Key> Partitioned<K> {
     /// Spawns one task per partition that hands the partition's keys to
     /// `reconcile` one at a time, and returns a handle to shut them down and
     /// wait for them.
@@ -119,7 +120,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Partitioned<K> {
 /// Partition `i`'s task: its keys, one at a time.
 async fn run_partition<K, F, Fut>(partitioned: Partitioned<K>, i: usize, reconcile: Arc<F>)
 where
-    K: Clone + Eq + Hash + Send + Sync + 'static,
+    K: Key,
     F: Fn(WorkItem<K>) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
@@ -153,7 +154,7 @@ pub struct PartitionHandle<K> {
     tasks: Vec<JoinHandle<()>>,
 }
 
-impl<K: Clone + Eq + Hash + Send + Sync + 'static> PartitionHandle<K> {
+impl<K: Key> PartitionHandle<K> {
     /// The queue the tasks consume, to add keys to.
     pub fn queue(&self) -> &Partitioned<K> {
         &self.queue
@@ -205,7 +206,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> PartitionHandle<K> {
     }
 }
 
-impl<K: Clone + Eq + Hash + Send + Sync + 'static> IntoFuture for PartitionHandle<K> {
+impl<K: Key> IntoFuture for PartitionHandle<K> {
     type Output = Result<(), JoinError>;
     type IntoFuture = Pin<Box<dyn Future<Output = Result<(), JoinError>> + Send>>;
 

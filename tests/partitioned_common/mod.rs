@@ -148,7 +148,7 @@ pub fn run_logged<K>(
     work: impl Fn(&K) -> Duration + Send + Sync + 'static,
 ) -> tokio_workqueue::PartitionHandle<K>
 where
-    K: Clone + Eq + Hash + Send + Sync + 'static,
+    K: tokio_workqueue::Key,
 {
     let (q, log) = (queue.clone(), log.clone());
     let work = Arc::new(work);

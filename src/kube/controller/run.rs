@@ -13,6 +13,7 @@
 //! ends, so it can never be handed out twice at once. Dropping the stream
 //! aborts the tasks in flight and ends their leases.
 
+use crate::Key;
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
@@ -58,7 +59,7 @@ pub(crate) struct Work<K, O: Ordering<K>> {
     route: Option<PartitionFn<K>>,
 }
 
-impl<K: Clone + Eq + Hash + Send + Sync + 'static, O: Ordering<K>> Work<K, O> {
+impl<K: Key, O: Ordering<K>> Work<K, O> {
     pub(crate) fn one(queue: WorkQueue<K, O>) -> Self {
         Work {
             queues: vec![queue],

@@ -3,6 +3,7 @@
 //! hold gained keys aside until they are cleared, acknowledge a view once
 //! nothing lost in it is in flight, and fence.
 
+use crate::Key;
 use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
 use std::pin::Pin;
@@ -62,7 +63,7 @@ where
 impl<K> Sharding<K>
 where
     K: Resource + Clone + Send + Sync + 'static,
-    K::DynamicType: Clone + Eq + Hash + Send + Sync + 'static,
+    K::DynamicType: Key,
 {
     /// `shards`' config must have been validated.
     pub(crate) fn new(shards: Shards, dyntype: K::DynamicType) -> Self {

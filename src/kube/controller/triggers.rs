@@ -6,6 +6,7 @@
 //! runner picks a priority) and kube-runtime's [`ReconcileReason`] for the
 //! tracing span.
 
+use crate::Key;
 use std::hash::Hash;
 
 use futures_util::FutureExt;
@@ -110,7 +111,7 @@ where
 pub(crate) fn main_events<K, S>(events: S, dyntype: K::DynamicType) -> TriggerStream<K>
 where
     K: Resource + Send + 'static,
-    K::DynamicType: Clone + Eq + Hash + Send + Sync + 'static,
+    K::DynamicType: Key,
     S: futures_core::Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
 {
     let mut triage = Triage::<ObjectRef<K>>::new();
@@ -160,7 +161,7 @@ pub(crate) fn main_objects<K, S>(
 ) -> TriggerStream<K>
 where
     K: Resource + Clone + Send + Sync + 'static,
-    K::DynamicType: Clone + Eq + Hash + Send + Sync + 'static,
+    K::DynamicType: Key,
     S: futures_core::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
 {
     let mut triage = Triage::<ObjectRef<K>>::new();
@@ -200,7 +201,7 @@ pub(crate) fn related_events<K, O, S, M, I>(
 ) -> TriggerStream<K>
 where
     K: Resource + 'static,
-    K::DynamicType: Clone + Eq + Hash + Send + Sync + 'static,
+    K::DynamicType: Key,
     O: Resource + Send + 'static,
     O::DynamicType: Clone + Send + 'static,
     S: futures_core::Stream<Item = Result<Event<O>, watcher::Error>> + Send + 'static,
@@ -230,7 +231,7 @@ pub(crate) fn related_objects<K, O, S, M, I>(
 ) -> TriggerStream<K>
 where
     K: Resource + Clone + Send + Sync + 'static,
-    K::DynamicType: Clone + Eq + Hash + Send + Sync + 'static,
+    K::DynamicType: Key,
     O: Resource + Send + 'static,
     O::DynamicType: Clone + Send + 'static,
     S: futures_core::Stream<Item = Result<O, watcher::Error>> + Send + 'static,
@@ -305,7 +306,7 @@ where
 pub(crate) fn bulk<K, S>(signals: S, store: Store<K>, dyntype: K::DynamicType) -> TriggerStream<K>
 where
     K: Resource + Clone + Send + Sync + 'static,
-    K::DynamicType: Clone + Eq + Hash + Send + Sync + 'static,
+    K::DynamicType: Key,
     S: futures_core::Stream<Item = ()> + Send + 'static,
 {
     signals
