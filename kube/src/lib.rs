@@ -147,14 +147,14 @@
 //!
 //! # Dependencies
 //!
-//! The feature builds on kube-runtime and kube-client 5, which need Rust
-//! 1.89 or later.
+//! The crate builds on kube-runtime and kube-client 5, which need Rust
+//! 1.89 or later, and on the public API of `tokio-workqueue`.
 //!
-//! Like every kube-rs library, this feature picks no Kubernetes version: the
+//! Like every kube-rs library, this crate picks no Kubernetes version: the
 //! application enables one on its own `k8s-openapi` dependency (for example
 //! `k8s-openapi = { version = "0.29", features = ["latest"] }`), and a TLS
 //! stack on its `kube` dependency to reach a real cluster (`kube`'s default
-//! features include rustls). The feature `kube-rustls` turns rustls on in
+//! features include rustls). The feature `rustls` turns rustls on in
 //! `kube-client` from this crate, for programs without a `kube` dependency
 //! of their own.
 
@@ -189,3 +189,8 @@ pub use kube_runtime::controller::ReconcileReason;
 /// (re-exported from kube-runtime).
 pub use kube_runtime::reflector::ObjectRef;
 pub use triage::Cause;
+
+/// The README's code blocks, compiled and run as doc-tests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -1,4 +1,4 @@
-//! Leader election on `coordination.k8s.io/v1` Leases (feature `kube`):
+//! Leader election on `coordination.k8s.io/v1` Leases:
 //! one active replica among several, coordinated through the cluster's
 //! own Leases and nothing else.
 //!
