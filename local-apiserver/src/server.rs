@@ -579,11 +579,11 @@ async fn requests(
         let keep_alive = !req.wants_close();
         let reply = match api::admit(shared, &ep.state, &req) {
             Plan::Now(reply) => reply,
-            Plan::Later(delay) => {
+            Plan::Later(delay, call) => {
                 if !delay.is_zero() {
                     tokio::time::sleep(delay).await;
                 }
-                api::handle(shared, &req)
+                api::handle(shared, &call, &req)
             }
         };
         let reusable = match reply {
