@@ -193,12 +193,12 @@ mod faults;
 mod http;
 mod kinds;
 mod meta;
-mod ops;
 mod patch;
 mod selector;
 mod server;
 mod status;
 mod store;
+mod verbs;
 mod watch;
 
 #[cfg(feature = "conformance")]
