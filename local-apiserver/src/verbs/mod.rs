@@ -22,6 +22,7 @@
 //!   resources first (the apiextensions cleanup controller's job).
 //!
 //! Modules: `create`, `update` (update, patch and the write both end in),
+//! `rules` (what every update must obey, apart from storing it),
 //! `delete` (one object, a collection, finalizers), `cascade` (what
 //! deleting a Namespace or CRD sets off, and what storing or removing a
 //! CRD changes in the served kinds), `strategy` (each built-in kind's own
@@ -33,6 +34,7 @@ mod cascade;
 mod crd;
 mod create;
 mod delete;
+mod rules;
 mod strategy;
 mod update;
 
