@@ -56,15 +56,16 @@
 //!   older Go fails the build (with Go's own message) rather than
 //!   downloading a newer toolchain.
 //! * **The Go module proxy** (or a filled module cache) on the first
-//!   build: about 0.9 GB of modules go into Go's module cache.
+//!   build: about 0.7 GB of modules go into Go's module cache.
 //! * **Disk**: that module cache, about 3 GB of Go build cache, and the
-//!   built binary (about 200 MB) under `<target dir>/test-cluster/`, where
+//!   built binary (about 180 MB) under `<target dir>/test-cluster/`, where
 //!   it is cached, keyed by the Kubernetes version, the Go version and a
 //!   digest of the Go sources; builds of other keys are removed.
-//! * **Time**: the first build takes minutes (about 4 to 5 minutes on two
-//!   cores, more while the modules download; it prints a line when it
-//!   starts and when it is done); then each test binary starts its cluster
-//!   in a few seconds.
+//! * **Time**: the first build takes minutes: kube-apiserver alone
+//!   compiles in about 4 minutes on two idle cores; the whole first build,
+//!   module download included, took about 10 minutes on two cores shared
+//!   with other builds. Test binaries that start meanwhile wait for that one
+//!   build. Then each test binary starts its cluster in 4 to 7 seconds.
 //! * **Linux**: the child process is tied to the test binary with
 //!   `prctl(PR_SET_PDEATHSIG)`.
 //!

@@ -2,7 +2,7 @@
 //! target directory keyed by the Kubernetes version and a digest of what
 //! goes into the build.
 //!
-//! The first build downloads about 0.8 GB of Go modules and compiles
+//! The first build downloads about 0.7 GB of Go modules and compiles
 //! kube-apiserver, which takes minutes on two cores; after that the cached
 //! binary is reused until the Go sources, `go.sum` or the Go toolchain
 //! change. A file lock makes test binaries that start at the same time build
@@ -212,7 +212,7 @@ fn build(go: &Path, go_version: &str, binary: &Path) -> Result<(), String> {
     let _ = writeln!(
         std::io::stderr(),
         "kube-test-cluster: building kube-apiserver {KUBERNETES_VERSION} and etcd with {go_version} \
-         into {} (the first build downloads ~0.8 GB of Go modules and takes minutes; it is cached)",
+         into {} (the first build downloads ~0.7 GB of Go modules and takes minutes; it is cached)",
         binary.display()
     );
     let started = Instant::now();
