@@ -30,7 +30,8 @@ use kube_runtime::watcher;
 use serde_json::json;
 use tokio::time::Instant;
 
-use super::{Config, Report};
+use crate::report::Report;
+use crate::settings::{Config, runtime};
 
 const NAMESPACE: &str = "c1";
 const CONCURRENCY: usize = 4;
@@ -278,12 +279,12 @@ async fn run_once(
 }
 
 /// C1 on the local API server, then C1-real on the real kube-apiserver.
-pub(super) fn c1(cfg: &Config, report: &mut Report) {
+pub fn c1(cfg: &Config, report: &mut Report) {
     if !IMPS.iter().any(|i| cfg.runs_impl(i)) {
         return;
     }
     if cfg.wants("C1") {
-        let rt = super::runtime();
+        let rt = runtime();
         rt.block_on(async {
             let server = Server::Local(LocalApiServer::start().await);
             sitting(cfg, report, "C1", &server).await;
@@ -296,7 +297,7 @@ pub(super) fn c1(cfg: &Config, report: &mut Report) {
             eprintln!("C1-real could not run: {why}");
             return;
         }
-        let rt = super::runtime();
+        let rt = runtime();
         rt.block_on(async {
             let client = kube_test_cluster::client(kube_test_cluster::Backend::Real).await;
             sitting(cfg, report, "C1-real", &Server::Real(client)).await;
@@ -338,7 +339,7 @@ async fn sitting(cfg: &Config, report: &mut Report, workload: &str, server: &Ser
 }
 
 /// The target verdicts of C1 and C1-real.
-pub(super) fn verdicts(report: &Report, lines: &mut Vec<(String, Option<bool>)>) {
+pub fn verdicts(report: &Report, lines: &mut Vec<(String, Option<bool>)>) {
     for workload in ["C1", "C1-real"] {
         workload_verdicts(report, workload, lines);
     }
