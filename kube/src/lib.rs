@@ -165,6 +165,7 @@
 mod adapter;
 mod controller;
 pub mod leader;
+mod lease;
 #[cfg(feature = "prometheus")]
 pub mod metrics;
 pub mod ordering;

@@ -5,6 +5,7 @@ mod error;
 mod leadership;
 #[cfg(feature = "prometheus")]
 pub(crate) mod metrics;
+mod replication;
 mod run;
 mod settings;
 mod sharding;
@@ -30,9 +31,8 @@ use serde::de::DeserializeOwned;
 pub use error::{ControllerError, RunResult};
 pub use run::Runner;
 
-use self::leadership::Leadership;
+use self::replication::Replication;
 use self::run::{PartitionFn, Settings, Work};
-use self::sharding::Sharding;
 use self::triggers::TriggerStream;
 use crate::WatchPriorities;
 use crate::leader::LeaderElection;
@@ -769,17 +769,9 @@ where
             error_policy,
             context,
         );
-        match (self.leader, self.shards) {
-            (None, None) => runner,
-            (Some(_), Some(_)) => runner.failed(ControllerError::LeaderElectionWithShards),
-            (Some(election), None) => match election.config().validate() {
-                Ok(()) => runner.with_leadership(Leadership::new(election)),
-                Err(e) => runner.failed(ControllerError::InvalidLeaseConfig(e)),
-            },
-            (None, Some(shards)) => match shards.config().validate() {
-                Ok(()) => runner.with_shards(Sharding::new(shards, self.dyntype.clone())),
-                Err(e) => runner.failed(ControllerError::InvalidLeaseConfig(e)),
-            },
+        match Replication::new(self.leader, self.shards, self.dyntype.clone()) {
+            Ok(replication) => runner.replicated(replication),
+            Err(error) => runner.failed(error),
         }
     }
 }

@@ -36,9 +36,8 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::error::{ControllerError, RunResult};
-use super::leadership::{Fence, Leadership};
+use super::replication::{Check, Replication, Stop};
 use super::settings::requeue_after;
-use super::sharding::{Check, ShardStop, Sharding};
 use super::triggers::{Trigger, TriggerStream};
 use crate::WatchPriorities;
 use tokio_workqueue::ordering::Ordering;
@@ -157,10 +156,8 @@ where
     graceful: Option<BoxFuture<'static, ()>>,
     forceful: Option<BoxFuture<'static, ()>>,
     phase: Phase,
-    /// Reconciles start only while this replica leads.
-    leader: Option<Leadership>,
-    /// Only this replica's keys are queued and reconciled.
-    shards: Option<Sharding<K>>,
+    /// Which keys this replica queues and reconciles, and when.
+    replication: Replication<K>,
     settings: Settings,
     reconciler: Rec,
     error_policy: Pol,
@@ -251,8 +248,7 @@ where
             graceful,
             forceful,
             phase: Phase::Running,
-            leader: None,
-            shards: None,
+            replication: Replication::Single,
             settings,
             reconciler,
             error_policy,
@@ -260,15 +256,9 @@ where
         }
     }
 
-    /// Reconciles start only while `leadership` says this replica leads.
-    pub(crate) fn with_leadership(mut self, leadership: Leadership) -> Self {
-        self.leader = Some(leadership);
-        self
-    }
-
-    /// Queues and reconciles only the keys `shards` gives this replica.
-    pub(crate) fn with_shards(mut self, shards: Sharding<K>) -> Self {
-        self.shards = Some(shards);
+    /// Queues and reconciles only what `replication` lets this replica.
+    pub(crate) fn replicated(mut self, replication: Replication<K>) -> Self {
+        self.replication = replication;
         self
     }
 
@@ -304,20 +294,13 @@ where
         }
     }
 
-    /// Follows the shard view: keys gained and cleared are queued at the
-    /// priority of re-listed objects, behind live changes.
-    fn poll_shards(&mut self, cx: &mut Context<'_>) {
-        let Some(shards) = &mut self.shards else {
+    /// Follows the replication gate: keys gained in a shard hand-over and
+    /// cleared are queued at the priority of re-listed objects, behind
+    /// live changes.
+    fn poll_replication(&mut self, cx: &mut Context<'_>) {
+        let Some(resharded) = self.replication.poll(cx, &self.store) else {
             return;
         };
-        let old = shards.members();
-        if !shards.poll(cx) {
-            shards.poll_timers(cx);
-            return;
-        }
-        let resharded = shards.reshard(&old, &self.store);
-        // The view may have set the timers.
-        shards.poll_timers(cx);
         for key in &resharded.lost {
             self.reasons.remove(key);
         }
@@ -367,7 +350,7 @@ where
             reason,
         } = trigger;
         // Another replica's key: its owner has the same trigger.
-        if self.shards.as_ref().is_some_and(|s| !s.owns(&key)) {
+        if !self.replication.queues(&key) {
             return;
         }
         let opts = AddOpts::default()
@@ -401,12 +384,9 @@ where
             tracing::debug!("store is ready, starting reconciles");
             self.ready = None;
         }
-        // A follower keeps its keys queued for when it leads.
-        if self.leader.as_ref().is_some_and(|l| !l.leading()) {
-            return;
-        }
-        // A fenced replica keeps its keys queued for when it renews.
-        if self.shards.as_ref().is_some_and(Sharding::fenced) {
+        // A follower, or a fenced replica, keeps its keys queued for when
+        // it leads or renews.
+        if !self.replication.may_reconcile() {
             return;
         }
         for source in 0..self.pulls.len() {
@@ -419,18 +399,16 @@ where
                     Poll::Pending => break,
                     Poll::Ready(None) => pull.ended = true,
                     Poll::Ready(Some(item)) => {
-                        if let Some(shards) = &mut self.shards {
-                            match shards.check(item.key()) {
-                                Check::Start => {}
-                                Check::NotOurs => {
-                                    // Its new owner reconciles it.
-                                    self.reasons.remove(item.key());
-                                    item.forget();
-                                    continue;
-                                }
-                                // Queued again once cleared.
-                                Check::Parked => continue,
+                        match self.replication.check(item.key()) {
+                            Check::Start => {}
+                            Check::NotOurs => {
+                                // Its new owner reconciles it.
+                                self.reasons.remove(item.key());
+                                item.forget();
+                                continue;
                             }
+                            // Queued again once cleared.
+                            Check::Parked => continue,
                         }
                         if self.start(source, item) {
                             self.pulls[source].in_flight += 1;
@@ -469,14 +447,7 @@ where
             }))
         };
         let timeout = self.settings.reconcile_timeout;
-        let stop = match &self.leader {
-            Some(leader) => leader.fence().map(Stop::Leader),
-            None => self
-                .shards
-                .as_mut()
-                .and_then(|s| s.started(key))
-                .map(Stop::Shard),
-        };
+        let stop = self.replication.started(key);
         let finished: BoxFuture<'static, Finished<K, O, Fut::Error>> = match made {
             Ok(future) => {
                 let mut task = AbortOnDrop(tokio::spawn(
@@ -526,9 +497,7 @@ where
         } = finished;
         self.pulls[source].in_flight -= 1;
         let key = item.key().clone();
-        if let Some(shards) = &mut self.shards {
-            shards.ended(&key);
-        }
+        self.replication.ended(&key);
         // A success's action, read once (reading it formats its `Debug`
         // text): for the metrics' result label and for the requeue.
         let delay = match &outcome {
@@ -652,10 +621,9 @@ where
             && (self.phase == Phase::Stopping
                 || self.ready.is_some()
                 || self.pulls.iter().all(|p| p.ended)
-                // A follower's queued keys are the leader's to reconcile.
-                || self.leader.as_ref().is_some_and(|l| !l.leading())
-                // A fenced replica's keys go to the others.
-                || self.shards.as_ref().is_some_and(Sharding::fenced))
+                // A follower's or a fenced replica's queued keys are the
+                // others' to reconcile.
+                || !self.replication.may_reconcile())
     }
 }
 
@@ -664,14 +632,6 @@ fn refused<K: Resource, E>(key: ObjectRef<K>, error: AddError) -> RunResult<K, E
         object: Box::new(key.erase()),
         error,
     }))
-}
-
-/// What ends a reconcile early, besides its timeout.
-enum Stop {
-    /// The leadership it started under ended a fencing grace ago.
-    Leader(Fence),
-    /// Its shard moved, or the replica fenced itself (see [`ShardStop`]).
-    Shard(ShardStop),
 }
 
 /// Runs one reconcile to its end, catching a panic and applying the
@@ -687,17 +647,10 @@ where
     let Some(stop) = stop else {
         return run_timed(future, timeout).await;
     };
-    if let Stop::Leader(fence) = &stop
-        && !fence.holds()
-    {
+    if !stop.holds() {
         return (Outcome::Fenced, Duration::ZERO);
     }
-    let stop = async move {
-        match stop {
-            Stop::Leader(fence) => fence.ended().await,
-            Stop::Shard(shard) => shard.ended().await,
-        }
-    };
+    let stop = stop.ended();
     let started = Instant::now();
     let work = std::pin::pin!(run_timed(future, timeout));
     let stop = std::pin::pin!(stop);
@@ -764,10 +717,7 @@ where
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = &mut *self;
-        if let Some(leader) = &mut this.leader {
-            leader.poll(cx);
-        }
-        this.poll_shards(cx);
+        this.poll_replication(cx);
         this.poll_signals(cx);
         let triggers_left = this.poll_triggers(cx);
         if triggers_left {
@@ -799,19 +749,8 @@ where
             return Poll::Ready(Some(item));
         }
         if this.finished() {
-            // Hand the lease over before ending, so failover is immediate.
-            if let Some(leader) = &mut this.leader
-                && leader.poll_release(cx).is_pending()
-            {
-                return Poll::Pending;
-            }
-            // Leave the shard group, so the others take the keys at once.
-            if let Some(shards) = &mut this.shards
-                && shards.poll_leave(cx).is_pending()
-            {
-                return Poll::Pending;
-            }
-            return Poll::Ready(None);
+            // Hand the Lease over before ending, so failover is immediate.
+            return this.replication.poll_release(cx).map(|()| None);
         }
         Poll::Pending
     }

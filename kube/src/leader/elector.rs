@@ -8,13 +8,14 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
-use kube_client::api::{ObjectMeta, PostParams};
+use kube_client::api::PostParams;
 use kube_client::{Api, Client};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, sleep_until, timeout_at};
 
 use super::config::{LeaseConfig, LeaseConfigError};
+use crate::lease::{self, Seen, WallClock, is_conflict};
 
 /// Whether this replica leads, as the elector last established it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,11 +41,6 @@ impl LeaderState {
         matches!(self, LeaderState::Leading { .. })
     }
 }
-
-/// Where the elector reads the wall-clock time it writes as the Lease's
-/// `acquireTime` and `renewTime`. These times are for people and other
-/// tools: the elector itself never compares them with any clock.
-pub type WallClock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
 
 /// A leader election not started yet: the Lease API, the [`LeaseConfig`]
 /// and the optional wall clock and gauge. [`start`](Self::start) it, or
@@ -203,33 +199,22 @@ impl LeaderElector {
     /// crash).
     pub async fn release(mut self) -> Result<bool, kube_client::Error> {
         self.stop().await;
-        let api = &self.lock.api;
-        let name = self.lock.config.name();
-        // Retried on a conflict: the task may have been stopped with a
-        // renewal in flight that the server carried out.
-        for _ in 0..3 {
-            let Some(mut lease) = api.get_opt(name).await? else {
-                return Ok(false);
-            };
+        let Lock { api, config, clock } = &self.lock;
+        let name = config.name();
+        let released = lease::release(api, name, config.identity(), |mut lease| {
+            let now = MicroTime(clock());
             let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
-            if spec.holder_identity.as_deref() != Some(self.lock.config.identity()) {
-                return Ok(false);
-            }
-            let now = MicroTime((self.lock.clock)());
             spec.holder_identity = None;
             spec.lease_duration_seconds = Some(1);
             spec.acquire_time = Some(now.clone());
             spec.renew_time = Some(now);
-            match api.replace(name, &PostParams::default(), &lease).await {
-                Ok(_) => {
-                    tracing::info!(lease = name, "released the lease");
-                    return Ok(true);
-                }
-                Err(e) if is_conflict(&e) => continue,
-                Err(e) => return Err(e),
-            }
+            async move { api.replace(name, &PostParams::default(), &lease).await }
+        })
+        .await?;
+        if released {
+            tracing::info!(lease = name, "released the lease");
         }
-        Ok(false)
+        Ok(released)
     }
 
     async fn stop(&mut self) {
@@ -302,50 +287,25 @@ struct Lock {
 impl Lock {
     /// The record this replica writes to take or renew the lease.
     fn record(&self, lease: Option<Lease>) -> Lease {
-        let now = MicroTime((self.clock)());
-        let identity = self.config.identity();
         let lease_exists = lease.is_some();
-        let mut lease = lease.unwrap_or_else(|| Lease {
-            metadata: ObjectMeta {
-                name: Some(self.config.name().to_string()),
-                namespace: Some(self.config.namespace().to_string()),
-                ..ObjectMeta::default()
-            },
-            spec: None,
+        let mut lease = lease.unwrap_or_else(|| {
+            lease::blank(self.config.name().to_string(), self.config.namespace())
         });
         let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
-        let ours = spec.holder_identity.as_deref() == Some(identity);
-        if !ours {
+        let identity = self.config.identity();
+        let duration = self.config.lease_duration_seconds();
+        if lease::hold(spec, identity, &self.clock, duration) {
             // As client-go: every acquisition of an existing Lease is a
             // transition, also after a release.
             let transitions = spec.lease_transitions.unwrap_or(0);
-            spec.acquire_time = Some(now.clone());
             spec.lease_transitions = Some(if lease_exists {
                 transitions.saturating_add(1)
             } else {
                 0
             });
         }
-        spec.holder_identity = Some(identity.to_string());
-        spec.renew_time = Some(now);
-        spec.lease_duration_seconds = Some(self.config.lease_duration_seconds());
         lease
     }
-}
-
-/// The non-empty holder of a Lease.
-fn holder(spec: &LeaseSpec) -> Option<&str> {
-    spec.holder_identity.as_deref().filter(|h| !h.is_empty())
-}
-
-pub(crate) fn is_conflict(e: &kube_client::Error) -> bool {
-    matches!(e, kube_client::Error::Api(s) if s.code == 409)
-}
-
-/// When this replica last saw the Lease's record change.
-struct Observed {
-    version: Option<String>,
-    at: Instant,
 }
 
 /// What one try to take or renew the lease found.
@@ -364,7 +324,8 @@ enum Attempt {
 struct Campaign {
     lock: Lock,
     shared: Arc<Shared>,
-    observed: Option<Observed>,
+    /// When this replica last saw the Lease's record change.
+    observed: Option<Seen>,
 }
 
 impl Campaign {
@@ -374,16 +335,7 @@ impl Campaign {
 
     /// Notes the record's version; the clock starts again when it changed.
     fn observe(&mut self, lease: &Lease) {
-        let version = lease.metadata.resource_version.clone();
-        match &self.observed {
-            Some(seen) if seen.version == version => {}
-            _ => {
-                self.observed = Some(Observed {
-                    version,
-                    at: Instant::now(),
-                });
-            }
-        }
+        self.observed = Some(Seen::again(self.observed.take(), lease, Instant::now()));
     }
 
     /// One client-go `tryAcquireOrRenew`: read the Lease; take it if it is
@@ -405,14 +357,13 @@ impl Campaign {
             };
         };
         self.observe(&lease);
-        let spec = lease.spec.clone().unwrap_or_default();
-        if let Some(other) = holder(&spec)
+        if let Some(other) = lease::holder(&lease)
             && other != self.config().identity()
         {
             let unchanged_for = self
                 .observed
                 .as_ref()
-                .map_or(Duration::ZERO, |o| o.at.elapsed());
+                .map_or(Duration::ZERO, |o| o.unchanged_for(Instant::now()));
             if unchanged_for < self.config().lease_duration() {
                 return Ok(Attempt::HeldByOther);
             }

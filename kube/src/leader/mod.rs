@@ -99,8 +99,8 @@ mod elector;
 #[cfg(feature = "prometheus")]
 mod metrics;
 
+pub use crate::lease::WallClock;
 pub use config::{LeaseConfig, LeaseConfigError};
-pub(crate) use elector::is_conflict;
-pub use elector::{LeaderElection, LeaderElector, LeaderState, WallClock};
+pub use elector::{LeaderElection, LeaderElector, LeaderState};
 #[cfg(feature = "prometheus")]
 pub use metrics::LeaderMetrics;

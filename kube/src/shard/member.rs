@@ -7,11 +7,8 @@ use std::sync::Arc;
 
 use futures_util::future;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
-use kube_client::api::{
-    DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams, Preconditions,
-};
+use kube_client::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube_client::{Api, Client};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -20,7 +17,8 @@ use tokio::time::{Instant, sleep_until, timeout_at};
 use super::config::ShardConfig;
 use super::ring::Members;
 use super::{ACK_ANNOTATION, GROUP_LABEL};
-use crate::leader::{LeaseConfigError, WallClock, is_conflict};
+use crate::leader::LeaseConfigError;
+use crate::lease::{self, Seen, WallClock, is_conflict};
 
 /// A replica's membership in a shard group, not started yet: the Lease
 /// API, the [`ShardConfig`], and the optional wall clock and gauges. Hand
@@ -191,39 +189,18 @@ impl Member {
             let _ = task.await;
         }
         // A renewal the task had on the wire carries an older
-        // resourceVersion: it cannot land after this write. Retried on a
-        // conflict with such a renewal.
-        for _ in 0..3 {
-            let lease = match self.api.get_opt(&self.name).await {
-                Ok(Some(lease)) => lease,
-                Ok(None) => return,
-                Err(error) => {
-                    tracing::warn!(%error, lease = %self.name, "could not release the shard lease; it will expire");
-                    return;
-                }
-            };
-            let holder = lease
-                .spec
-                .as_ref()
-                .and_then(|s| s.holder_identity.as_deref());
-            if holder != Some(self.me.as_str()) {
-                return;
-            }
+        // resourceVersion: it cannot land after this write.
+        let (api, name) = (&self.api, self.name.as_str());
+        let left = lease::release(api, name, &self.me, |lease| {
             let patch = released(lease.metadata.resource_version.as_deref());
-            match self
-                .api
-                .patch(&self.name, &PatchParams::default(), &patch)
-                .await
-            {
-                Ok(_) => {
-                    tracing::info!(lease = %self.name, "left the shard group");
-                    return;
-                }
-                Err(e) if is_conflict(&e) => {}
-                Err(error) => {
-                    tracing::warn!(%error, lease = %self.name, "could not release the shard lease; it will expire");
-                    return;
-                }
+            async move { api.patch(name, &PatchParams::default(), &patch).await }
+        })
+        .await;
+        match left {
+            Ok(true) => tracing::info!(lease = %self.name, "left the shard group"),
+            Ok(false) => {}
+            Err(error) => {
+                tracing::warn!(%error, lease = %self.name, "could not release the shard lease; it will expire");
             }
         }
     }
@@ -254,8 +231,7 @@ impl Drop for Member {
 /// record change.
 #[derive(Clone)]
 struct Observed {
-    version: Option<String>,
-    at: Instant,
+    seen: Seen,
     holder: Option<Arc<str>>,
     ack: Members,
     /// When this replica last tried to delete it as stale.
@@ -284,20 +260,13 @@ impl Task {
     /// A new Lease of the group, named `name`, labelled with the group.
     fn blank(&self, name: String) -> Lease {
         let labels = [(GROUP_LABEL.to_string(), self.config.group().to_string())];
-        Lease {
-            metadata: ObjectMeta {
-                name: Some(name),
-                namespace: Some(self.config.namespace().to_string()),
-                labels: Some(labels.into_iter().collect()),
-                ..ObjectMeta::default()
-            },
-            spec: None,
-        }
+        let mut lease = lease::blank(name, self.config.namespace());
+        lease.metadata.labels = Some(labels.into_iter().collect());
+        lease
     }
 
     /// Our Lease as we write it: holder, times, label, acknowledgement.
     fn record(&self, lease: Option<Lease>, ack: &Members) -> Lease {
-        let now = MicroTime((self.clock)());
         let mut lease = lease.unwrap_or_else(|| self.blank(self.config.lease_name()));
         lease
             .metadata
@@ -310,12 +279,8 @@ impl Task {
             .get_or_insert_with(Default::default)
             .insert(ACK_ANNOTATION.to_string(), ack.encode());
         let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
-        if spec.holder_identity.as_deref() != Some(&*self.me) {
-            spec.holder_identity = Some(self.me.to_string());
-            spec.acquire_time = Some(now.clone());
-        }
-        spec.renew_time = Some(now);
-        spec.lease_duration_seconds = Some(self.config.lease().lease_duration_seconds());
+        let duration = self.config.lease().lease_duration_seconds();
+        lease::hold(spec, &self.me, &self.clock, duration);
         lease
     }
 
@@ -378,7 +343,7 @@ impl Task {
                 .patch(
                     name,
                     &PatchParams::default(),
-                    &released(seen.version.as_deref()),
+                    &released(seen.seen.version.as_deref()),
                 )
                 .await
                 .map(drop)
@@ -421,17 +386,11 @@ impl Task {
                 self.own = Some(lease);
                 continue;
             }
-            let version = lease.metadata.resource_version.clone();
-            let (at, forgot) = match previous.remove(&name) {
-                Some(o) if o.version == version => (o.at, o.forgot),
-                _ => (arrived, None),
+            let (record, forgot) = match previous.remove(&name) {
+                Some(o) if o.seen.is(&lease) => (o.seen, o.forgot),
+                _ => (Seen::new(&lease, arrived), None),
             };
-            let holder: Option<Arc<str>> = lease
-                .spec
-                .as_ref()
-                .and_then(|s| s.holder_identity.as_deref())
-                .filter(|h| !h.is_empty())
-                .map(Into::into);
+            let holder: Option<Arc<str>> = lease::holder(&lease).map(Into::into);
             let ack = lease
                 .metadata
                 .annotations
@@ -440,8 +399,7 @@ impl Task {
                 .map(|text| Members::decode(text))
                 .unwrap_or_default();
             let observed = Observed {
-                version,
-                at,
+                seen: record,
                 holder,
                 ack,
                 forgot,
@@ -458,7 +416,7 @@ impl Task {
         let mut members = Vec::new();
         let mut others = Vec::new();
         for (name, mut o, vanished) in seen {
-            let unchanged_for = sent.saturating_duration_since(o.at);
+            let unchanged_for = o.seen.unchanged_for(sent);
             match &o.holder {
                 Some(holder) if **holder != *self.me => {
                     if unchanged_for < lease_duration || !self.expire(&name, &o, vanished).await {
@@ -478,7 +436,7 @@ impl Task {
                             && o.forgot
                                 .is_none_or(|t| sent.saturating_duration_since(t) >= forget_after)
                         {
-                            self.forget(&name, o.version.clone());
+                            self.forget(&name, o.seen.version.clone());
                             o.forgot = Some(sent);
                         }
                         self.observed.insert(name, o);
