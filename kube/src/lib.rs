@@ -166,6 +166,7 @@ mod adapter;
 mod controller;
 pub mod leader;
 mod lease;
+pub mod manager;
 #[cfg(feature = "prometheus")]
 pub mod metrics;
 pub mod ordering;
@@ -189,6 +190,7 @@ pub use kube_runtime::controller::ReconcileReason;
 /// The default key: a reference to an object by kind, namespace and name
 /// (re-exported from kube-runtime).
 pub use kube_runtime::reflector::ObjectRef;
+pub use manager::{Manager, ManagerError};
 pub use triage::Cause;
 
 /// The README's code blocks, compiled and run as doc-tests.

@@ -98,6 +98,12 @@ where
     partition: Option<(usize, PartitionFn<ObjectRef<K>>)>,
     leader: Option<LeaderElection>,
     shards: Option<Shards>,
+    /// Set when a [`Manager`](crate::Manager) made this controller: its
+    /// `owns` and `watches` sources are the manager's shared caches.
+    manager: Option<Arc<crate::manager::Shared>>,
+    /// Futures that must all resolve before the first reconcile, besides
+    /// the main store's first list.
+    gates: Vec<BoxFuture<'static, ()>>,
     #[cfg(feature = "prometheus")]
     metrics: Option<crate::metrics::ControllerMetrics>,
 }
@@ -200,6 +206,33 @@ where
         Self::with_main(main, reader, dyntype)
     }
 
+    /// kube-runtime's `for_shared_stream`: a controller fed by a stream of
+    /// shared objects (kube-runtime's `ReflectHandle`, or any stream of
+    /// `Arc<K>`) that you reflect into `reader` yourself. The same as
+    /// [`for_stream`](Self::for_stream) otherwise. For caches shared between
+    /// controllers without kube-runtime's unstable features, see
+    /// [`Manager`](crate::Manager).
+    #[must_use]
+    pub fn for_shared_stream(
+        trigger: impl futures_core::Stream<Item = Arc<K>> + Send + 'static,
+        reader: Store<K>,
+    ) -> Self
+    where
+        K::DynamicType: Default,
+    {
+        Self::for_shared_stream_with(trigger, reader, Default::default())
+    }
+
+    /// [`for_shared_stream`](Self::for_shared_stream) for a dynamic type.
+    #[must_use]
+    pub fn for_shared_stream_with(
+        trigger: impl futures_core::Stream<Item = Arc<K>> + Send + 'static,
+        reader: Store<K>,
+        dyntype: K::DynamicType,
+    ) -> Self {
+        Self::for_stream_with(trigger.map(|object| Ok(K::clone(&object))), reader, dyntype)
+    }
+
     fn with_main(main: TriggerStream<K>, reader: Store<K>, dyntype: K::DynamicType) -> Self {
         let mut triggers = SelectAll::new();
         triggers.push(main);
@@ -218,9 +251,31 @@ where
             partition: None,
             leader: None,
             shards: None,
+            manager: None,
+            gates: Vec::new(),
             #[cfg(feature = "prometheus")]
             metrics: None,
         }
+    }
+
+    /// A controller of a [`Manager`](crate::Manager): fed by a subscription
+    /// to a shared source, reading its shared store, reconciling once every
+    /// cache of the manager synced, draining when the manager stops.
+    pub(crate) fn for_shared(
+        events: futures_channel::mpsc::UnboundedReceiver<crate::manager::source::SharedEvent<K>>,
+        reader: Store<K>,
+        manager: Arc<crate::manager::Shared>,
+    ) -> Self
+    where
+        K::DynamicType: Default,
+    {
+        let dyntype = K::DynamicType::default();
+        let main = triggers::main_events(events, dyntype.clone());
+        let mut controller = Self::with_main(main, reader, dyntype);
+        controller.gates.push(manager.synced());
+        controller.graceful.push(manager.stopping().boxed());
+        controller.manager = Some(manager);
+        controller
     }
 }
 
@@ -269,7 +324,8 @@ where
     #[must_use]
     pub fn owns<Child>(self, api: Api<Child>, wc: watcher::Config) -> Self
     where
-        Child: Clone + Resource<DynamicType = ()> + DeserializeOwned + Debug + Send + 'static,
+        Child:
+            Clone + Resource<DynamicType = ()> + DeserializeOwned + Debug + Send + Sync + 'static,
     {
         self.owns_with(api, (), wc)
     }
@@ -283,16 +339,25 @@ where
         wc: watcher::Config,
     ) -> Self
     where
-        Child: Clone + Resource + DeserializeOwned + Debug + Send + 'static,
-        Child::DynamicType: Debug + Eq + Hash + Clone + Send,
+        Child: Clone + Resource + DeserializeOwned + Debug + Send + Sync + 'static,
+        Child::DynamicType: Debug + Eq + Hash + Clone + Send + Sync,
     {
-        #[allow(deprecated)]
-        let events = kube_runtime::watcher::metadata_watcher(api, wc);
         let owner_type = self.dyntype.clone();
-        self.triggers
-            .push(triggers::related_events(events, dyntype, move |child| {
-                triggers::owners::<K, _>(child, &owner_type)
-            }));
+        let owners = move |child: &_| triggers::owners::<K, _>(child, &owner_type);
+        let trigger = match &self.manager {
+            Some(manager) => {
+                let events = manager
+                    .metadata_source(api, wc, dyntype.clone())
+                    .subscribe();
+                triggers::related_events(events, dyntype, owners)
+            }
+            None => {
+                #[allow(deprecated)]
+                let events = kube_runtime::watcher::metadata_watcher(api, wc);
+                triggers::related_events(events, dyntype, owners)
+            }
+        };
+        self.triggers.push(trigger);
         self
     }
 
@@ -330,6 +395,35 @@ where
         self
     }
 
+    /// kube-runtime's `owns_shared_stream`: shared `Child` objects trigger
+    /// their owners of kind `K`. The same as [`owns_stream`](Self::owns_stream)
+    /// otherwise.
+    #[must_use]
+    pub fn owns_shared_stream<Child>(
+        self,
+        trigger: impl futures_core::Stream<Item = Arc<Child>> + Send + 'static,
+    ) -> Self
+    where
+        Child: Clone + Resource<DynamicType = ()> + Send + Sync + 'static,
+    {
+        self.owns_shared_stream_with(trigger, ())
+    }
+
+    /// [`owns_shared_stream`](Self::owns_shared_stream) for a dynamic child
+    /// type.
+    #[must_use]
+    pub fn owns_shared_stream_with<Child>(
+        self,
+        trigger: impl futures_core::Stream<Item = Arc<Child>> + Send + 'static,
+        dyntype: Child::DynamicType,
+    ) -> Self
+    where
+        Child: Clone + Resource + Send + Sync + 'static,
+        Child::DynamicType: Debug + Eq + Hash + Clone + Send,
+    {
+        self.owns_stream_with(trigger.map(|child| Ok(Child::clone(&child))), dyntype)
+    }
+
     /// Events of `Other` objects trigger the keys `mapper` returns for them.
     #[must_use]
     pub fn watches<Other, I>(
@@ -339,8 +433,8 @@ where
         mapper: impl Fn(Other) -> I + Sync + Send + 'static,
     ) -> Self
     where
-        Other: Clone + Resource + DeserializeOwned + Debug + Send + 'static,
-        Other::DynamicType: Default + Debug + Clone + Eq + Hash + Send,
+        Other: Clone + Resource + DeserializeOwned + Debug + Send + Sync + 'static,
+        Other::DynamicType: Default + Debug + Clone + Eq + Hash + Send + Sync,
         I: 'static + IntoIterator<Item = ObjectRef<K>>,
         I::IntoIter: Send,
     {
@@ -357,17 +451,20 @@ where
         mapper: impl Fn(Other) -> I + Sync + Send + 'static,
     ) -> Self
     where
-        Other: Clone + Resource + DeserializeOwned + Debug + Send + 'static,
+        Other: Clone + Resource + DeserializeOwned + Debug + Send + Sync + 'static,
         I: 'static + IntoIterator<Item = ObjectRef<K>>,
         I::IntoIter: Send,
-        Other::DynamicType: Debug + Clone + Eq + Hash + Send,
+        Other::DynamicType: Debug + Clone + Eq + Hash + Send + Sync,
     {
-        let events = watcher(api, wc);
-        self.triggers.push(triggers::related_events(
-            events,
-            dyntype,
-            move |other: &Other| mapper(other.clone()),
-        ));
+        let mapper = move |other: &Other| mapper(other.clone());
+        let trigger = match &self.manager {
+            Some(manager) => {
+                let events = manager.object_source(api, wc, dyntype.clone()).subscribe();
+                triggers::related_events(events, dyntype, mapper)
+            }
+            None => triggers::related_events(watcher(api, wc), dyntype, mapper),
+        };
+        self.triggers.push(trigger);
         self
     }
 
@@ -409,6 +506,46 @@ where
             move |other: &Other| mapper(other.clone()),
         ));
         self
+    }
+
+    /// kube-runtime's `watches_shared_stream`: shared `Other` objects
+    /// trigger the keys `mapper` returns for them. The same as
+    /// [`watches_stream`](Self::watches_stream) otherwise.
+    #[must_use]
+    pub fn watches_shared_stream<Other, I>(
+        self,
+        trigger: impl futures_core::Stream<Item = Arc<Other>> + Send + 'static,
+        mapper: impl Fn(Arc<Other>) -> I + Sync + Send + 'static,
+    ) -> Self
+    where
+        Other: Clone + Resource + DeserializeOwned + Debug + Send + Sync + 'static,
+        Other::DynamicType: Default + Debug + Clone + Send,
+        I: 'static + IntoIterator<Item = ObjectRef<K>>,
+        I::IntoIter: Send,
+    {
+        self.watches_shared_stream_with(trigger, mapper, Default::default())
+    }
+
+    /// [`watches_shared_stream`](Self::watches_shared_stream) for a dynamic
+    /// type.
+    #[must_use]
+    pub fn watches_shared_stream_with<Other, I>(
+        self,
+        trigger: impl futures_core::Stream<Item = Arc<Other>> + Send + 'static,
+        mapper: impl Fn(Arc<Other>) -> I + Sync + Send + 'static,
+        dyntype: Other::DynamicType,
+    ) -> Self
+    where
+        Other: Clone + Resource + DeserializeOwned + Debug + Send + Sync + 'static,
+        Other::DynamicType: Debug + Clone + Send,
+        I: 'static + IntoIterator<Item = ObjectRef<K>>,
+        I::IntoIter: Send,
+    {
+        self.watches_stream_with(
+            trigger.map(|other| Ok(Other::clone(&other))),
+            move |other| mapper(Arc::new(other)),
+            dyntype,
+        )
     }
 
     /// Each item of `trigger` re-queues every object in the store, at the
@@ -550,6 +687,8 @@ where
             partition: self.partition,
             leader: self.leader,
             shards: self.shards,
+            manager: self.manager,
+            gates: self.gates,
             #[cfg(feature = "prometheus")]
             metrics: self.metrics,
         }
@@ -769,6 +908,7 @@ where
             error_policy,
             context,
         );
+        let runner = runner.gated(self.gates);
         match Replication::new(self.leader, self.shards, self.dyntype.clone()) {
             Ok(replication) => runner.replicated(replication),
             Err(error) => runner.failed(error),

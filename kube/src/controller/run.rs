@@ -256,6 +256,24 @@ where
         }
     }
 
+    /// Starts no reconcile before every one of `gates` resolved too (the
+    /// caches of a manager, besides the main store).
+    pub(crate) fn gated(mut self, gates: Vec<BoxFuture<'static, ()>>) -> Self {
+        if !gates.is_empty() {
+            let store = self.ready.take();
+            self.ready = Some(
+                async move {
+                    future::join_all(gates).await;
+                    if let Some(store) = store {
+                        store.await;
+                    }
+                }
+                .boxed(),
+            );
+        }
+        self
+    }
+
     /// Queues and reconciles only what `replication` lets this replica.
     pub(crate) fn replicated(mut self, replication: Replication<K>) -> Self {
         self.replication = replication;

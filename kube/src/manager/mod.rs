@@ -1,0 +1,544 @@
+//! Several controllers in one process: shared caches, one shutdown, probes
+//! and a metrics endpoint.
+//!
+//! An operator is rarely one controller. Built on their own, three
+//! controllers that touch ConfigMaps open three ConfigMap watches and keep
+//! three copies of every ConfigMap. Built from a [`Manager`], they share:
+//!
+//! - **one watch and one store per distinct source**: the same kind, the
+//!   same namespace (the `Api`'s URL) and the same label and field
+//!   selectors, whatever the number of controllers and roles (main,
+//!   [`owns`](crate::Controller::owns), [`watches`](crate::Controller::watches))
+//!   that use it. [`Manager::store`] hands reconcilers a reader of any shared
+//!   cache, so reading children or related kinds needs no GET;
+//! - **one sync gate**: no controller of the manager starts a reconcile before
+//!   every cache of the manager has synced (its first list is complete), so a
+//!   trigger from a child cache is never lost to a half-listed cache
+//!   (controller-runtime fixed the same late, #3406);
+//! - **one shutdown**: on SIGTERM or SIGINT (or the future given to
+//!   [`Manager::shutdown_on`]) every controller stops taking keys and drains
+//!   what is queued and in flight, as
+//!   [`graceful_shutdown_on`](crate::Controller::graceful_shutdown_on) does;
+//!   then the watches stop, then the endpoint, and [`Manager::run`] returns;
+//! - **one endpoint** ([`Manager::serve`]): `/healthz`, `/readyz` and
+//!   `/metrics` on one listener (see the table below).
+//!
+//! Each controller is an ordinary [`Controller`](crate::Controller) made by
+//! [`Manager::controller`] (or [`controller_for`](Manager::controller_for)),
+//! configured as usual, run with its reconciler as usual, and its result
+//! stream handed to [`Manager::add`] under a name. The result streams stay
+//! the user's: `.inspect(..)` them before handing them over.
+//!
+//! | path | 200 when | otherwise |
+//! | --- | --- | --- |
+//! | `/healthz` | no controller's task has ended before the manager stopped it | 500, naming the controllers that ended |
+//! | `/readyz` | every shared cache has synced | 503, naming the caches still listing |
+//! | `/metrics` | a registry was given ([`Manager::metrics`], feature `prometheus`): its OpenMetrics text | 404 |
+//!
+//! Other paths get 404 and methods other than `GET`/`HEAD` 405. The
+//! listener is plain HTTP; bind it to the pod's address and keep it inside
+//! the cluster (a NetworkPolicy). Bearer-token authentication and TLS for
+//! `/metrics`, and one leader election for all controllers, are not built
+//! yet: give each controller its own
+//! [`leader_election`](crate::Controller::leader_election) meanwhile.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use futures::StreamExt;
+//! use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+//! use kube_client::{Api, Client};
+//! use kube_runtime::watcher;
+//! use tokio_workqueue_kube::{Action, Manager};
+//!
+//! # #[derive(Debug)] struct Error;
+//! # impl std::fmt::Display for Error {
+//! #     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { f.write_str("e") }
+//! # }
+//! # impl std::error::Error for Error {}
+//! # async fn reconcile_cm(_: Arc<ConfigMap>, _: Arc<()>) -> Result<Action, Error> { Ok(Action::await_change()) }
+//! # async fn reconcile_secret(_: Arc<Secret>, _: Arc<()>) -> Result<Action, Error> { Ok(Action::await_change()) }
+//! # fn policy<K>(_: Arc<K>, _: &Error, _: Arc<()>) -> Action { Action::await_change() }
+//! # async fn example(client: Client) -> Result<(), tokio_workqueue_kube::ManagerError> {
+//! let mut manager = Manager::new(client.clone());
+//! // ConfigMaps owning Secrets, and Secrets on their own: one Secret watch.
+//! let configmaps = manager
+//!     .controller_for::<ConfigMap>(watcher::Config::default())
+//!     .owns(Api::<Secret>::all(client.clone()), watcher::Config::default())
+//!     .run(reconcile_cm, policy, Arc::new(()));
+//! let secrets = manager
+//!     .controller_for::<Secret>(watcher::Config::default())
+//!     .run(reconcile_secret, policy, Arc::new(()));
+//! manager
+//!     .add("configmaps", configmaps)?
+//!     .add("secrets", secrets)?
+//!     .serve("0.0.0.0:8080")?;
+//! manager.run().await
+//! # }
+//! ```
+
+mod health;
+mod serve;
+pub(crate) mod source;
+
+use std::fmt;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+use futures_util::{FutureExt, StreamExt};
+use kube_client::core::PartialObjectMeta;
+use kube_client::{Api, Client, Resource};
+use kube_runtime::reflector::Store;
+use kube_runtime::watcher;
+use parking_lot::Mutex;
+use serde::de::DeserializeOwned;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use self::health::Health;
+use self::source::{Source, SourceId, Sources};
+use crate::Controller;
+
+/// Why the manager refused a call or could not run.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ManagerError {
+    /// Two controllers were added under one name (names label their
+    /// metrics and health: they must be unique).
+    DuplicateName(String),
+    /// The endpoint's address is not an `IP:port`.
+    InvalidAddress {
+        /// The address given.
+        addr: String,
+        /// Why it does not parse.
+        reason: String,
+    },
+    /// The endpoint's address could not be bound (in use, not local, no
+    /// permission).
+    Bind {
+        /// The address given.
+        addr: SocketAddr,
+        /// The operating system's answer.
+        source: std::io::Error,
+    },
+    /// [`Manager::serve`] was called twice.
+    ServeTwice,
+    /// [`Manager::run`] was called outside a tokio runtime with signal
+    /// handling, or the signal handlers could not be installed.
+    Signals(std::io::Error),
+}
+
+impl fmt::Display for ManagerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ManagerError::DuplicateName(name) => write!(
+                f,
+                "a controller named {name:?} was already added to this manager"
+            ),
+            ManagerError::InvalidAddress { addr, reason } => {
+                write!(f, "invalid endpoint address {addr:?}: {reason}")
+            }
+            ManagerError::Bind { addr, source } => {
+                write!(f, "cannot listen on {addr}: {source}")
+            }
+            ManagerError::ServeTwice => f.write_str("the manager serves one endpoint only"),
+            ManagerError::Signals(error) => {
+                write!(f, "cannot install the shutdown signal handlers: {error}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ManagerError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ManagerError::Bind { source, .. } => Some(source),
+            ManagerError::Signals(error) => Some(error),
+            _ => None,
+        }
+    }
+}
+
+/// What the manager's controllers share with it.
+pub(crate) struct Shared {
+    client: Client,
+    sources: Mutex<Sources>,
+    /// Cancelled when the manager shuts down: every controller drains.
+    stop: CancellationToken,
+    /// Whether every source has synced.
+    synced: watch::Sender<bool>,
+}
+
+impl Shared {
+    /// The shared source of `api` + `wc`, subscribed or read through its
+    /// store. `Source::new` receives the watch to run when the manager runs.
+    pub(crate) fn source<K>(&self, id: SourceId, make: impl FnOnce() -> Source<K>) -> Arc<Source<K>>
+    where
+        K: kube_runtime::reflector::Lookup + Clone + Send + Sync + 'static,
+        K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
+    {
+        self.sources.lock().get_or_insert(id, make)
+    }
+
+    /// The shared full-object watch of `api` + `wc`.
+    pub(crate) fn object_source<K>(
+        &self,
+        api: Api<K>,
+        wc: watcher::Config,
+        dyntype: K::DynamicType,
+    ) -> Arc<Source<K>>
+    where
+        K: Resource + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static,
+        K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
+    {
+        let id = SourceId::new::<K>(api.resource_url(), &wc);
+        self.source(id, move || Source::new(watcher::watcher(api, wc), dyntype))
+    }
+
+    /// The shared metadata-only watch of `api` + `wc` (what `owns` needs
+    /// of children: their owner references).
+    pub(crate) fn metadata_source<K>(
+        &self,
+        api: Api<K>,
+        wc: watcher::Config,
+        dyntype: K::DynamicType,
+    ) -> Arc<Source<PartialObjectMeta<K>>>
+    where
+        K: Resource + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static,
+        K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
+    {
+        let id = SourceId::new::<PartialObjectMeta<K>>(api.resource_url(), &wc);
+        #[allow(deprecated)]
+        let make = move || Source::new(watcher::metadata_watcher(api, wc), dyntype);
+        self.source(id, make)
+    }
+
+    /// Resolves once every source of the manager has synced.
+    pub(crate) fn synced(&self) -> BoxFuture<'static, ()> {
+        let mut synced = self.synced.subscribe();
+        async move {
+            // The sender lives as long as the manager; if it is gone, the
+            // manager is gone and nothing will start anyway.
+            let _ = synced.wait_for(|synced| *synced).await;
+        }
+        .boxed()
+    }
+
+    /// A future that resolves when the manager shuts down.
+    pub(crate) fn stopping(&self) -> impl Future<Output = ()> + Send + Sync + 'static {
+        self.stop.clone().cancelled_owned()
+    }
+
+    pub(crate) fn client(&self) -> Client {
+        self.client.clone()
+    }
+}
+
+/// A controller handed to [`Manager::add`]: its name and the task that
+/// drives its result stream.
+struct Added {
+    name: String,
+    run: BoxFuture<'static, ()>,
+}
+
+/// Several controllers in one process, on shared caches: see the
+/// [module docs](self).
+pub struct Manager {
+    shared: Arc<Shared>,
+    added: Vec<Added>,
+    listener: Option<std::net::TcpListener>,
+    shutdown: Option<BoxFuture<'static, ()>>,
+    health: Arc<Health>,
+    #[cfg(feature = "prometheus")]
+    registry: Option<Arc<prometheus_client::registry::Registry>>,
+}
+
+impl Manager {
+    /// A manager whose controllers and caches talk to the API server
+    /// through `client`.
+    pub fn new(client: Client) -> Self {
+        Manager {
+            shared: Arc::new(Shared {
+                client,
+                sources: Mutex::new(Sources::default()),
+                stop: CancellationToken::new(),
+                synced: watch::Sender::new(false),
+            }),
+            added: Vec::new(),
+            listener: None,
+            shutdown: None,
+            health: Health::new(),
+            #[cfg(feature = "prometheus")]
+            registry: None,
+        }
+    }
+
+    /// The client the manager was made with.
+    pub fn client(&self) -> Client {
+        self.shared.client()
+    }
+
+    /// A reader of the shared cache of `api`'s objects that `wc` selects:
+    /// the same store the manager's controllers reconcile from, with one
+    /// watch whoever else uses it. It fills once [`run`](Self::run) starts.
+    pub fn store<K>(&self, api: Api<K>, wc: watcher::Config) -> Store<K>
+    where
+        K: Resource + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static,
+        K::DynamicType: Eq + std::hash::Hash + Clone + Default + Send + Sync,
+    {
+        self.source(api, wc).store()
+    }
+
+    pub(crate) fn source<K>(&self, api: Api<K>, wc: watcher::Config) -> Arc<Source<K>>
+    where
+        K: Resource + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static,
+        K::DynamicType: Eq + std::hash::Hash + Clone + Default + Send + Sync,
+    {
+        self.shared.object_source(api, wc, Default::default())
+    }
+
+    /// A controller for all `K` objects that `wc` selects, in every
+    /// namespace: [`controller`](Self::controller) with `Api::all`.
+    pub fn controller_for<K>(&self, wc: watcher::Config) -> Controller<K>
+    where
+        K: Resource + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static,
+        K::DynamicType:
+            Eq + std::hash::Hash + Clone + Default + fmt::Debug + Send + Sync + Unpin + 'static,
+    {
+        self.controller(Api::all(self.client()), wc)
+    }
+
+    /// A controller for `api`'s objects that `wc` selects, whose main,
+    /// [`owns`](Controller::owns) and [`watches`](Controller::watches)
+    /// sources are the manager's shared caches. It reconciles only once
+    /// every cache of the manager has synced, and drains when the manager
+    /// shuts down. Configure and [`run`](Controller::run) it as any
+    /// controller, then [`add`](Self::add) its result stream.
+    pub fn controller<K>(&self, api: Api<K>, wc: watcher::Config) -> Controller<K>
+    where
+        K: Resource + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static,
+        K::DynamicType:
+            Eq + std::hash::Hash + Clone + Default + fmt::Debug + Send + Sync + Unpin + 'static,
+    {
+        let source = self.source(api, wc);
+        Controller::for_shared(source.subscribe(), source.store(), self.shared.clone())
+    }
+
+    /// Runs `results` (a controller's [`run`](Controller::run) stream, or
+    /// any stream of results) as the controller `name`. An `Err` item is
+    /// logged (tracing, at `warn`); the stream ending before the manager
+    /// shuts down marks the controller dead (`/healthz` fails, and it is
+    /// logged at `error`), as does a panic while polling it.
+    ///
+    /// Names must be unique: they name the controller in health answers
+    /// and logs (use the controller's queue name).
+    pub fn add<S, T, E>(&mut self, name: &str, results: S) -> Result<&mut Self, ManagerError>
+    where
+        S: futures_core::Stream<Item = Result<T, E>> + Send + 'static,
+        E: fmt::Display,
+    {
+        if self.added.iter().any(|added| added.name == name) {
+            return Err(ManagerError::DuplicateName(name.to_owned()));
+        }
+        let label = name.to_owned();
+        let run = async move {
+            let mut results = std::pin::pin!(results);
+            while let Some(result) = results.next().await {
+                if let Err(error) = result {
+                    tracing::warn!(controller = %label, %error, "reconcile failed");
+                }
+            }
+        }
+        .boxed();
+        self.added.push(Added {
+            name: name.to_owned(),
+            run,
+        });
+        Ok(self)
+    }
+
+    /// Serves `/healthz`, `/readyz` and `/metrics` on `addr` (`IP:port`;
+    /// port 0 picks a free one, see [`local_addr`](Self::local_addr)) while
+    /// the manager runs. The address is bound now, so a port in use is
+    /// reported here; the listener stops last on shutdown.
+    pub fn serve(&mut self, addr: &str) -> Result<&mut Self, ManagerError> {
+        if self.listener.is_some() {
+            return Err(ManagerError::ServeTwice);
+        }
+        let parsed: SocketAddr =
+            addr.parse()
+                .map_err(|e: std::net::AddrParseError| ManagerError::InvalidAddress {
+                    addr: addr.to_owned(),
+                    reason: e.to_string(),
+                })?;
+        let listener = std::net::TcpListener::bind(parsed)
+            .and_then(|listener| listener.set_nonblocking(true).map(|()| listener))
+            .map_err(|source| ManagerError::Bind {
+                addr: parsed,
+                source,
+            })?;
+        self.listener = Some(listener);
+        Ok(self)
+    }
+
+    /// The address the endpoint listens on, once [`serve`](Self::serve)
+    /// bound it.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.listener.as_ref().and_then(|l| l.local_addr().ok())
+    }
+
+    /// Serves `registry` on `/metrics` (feature `prometheus`). Register the
+    /// controllers' and queues' metrics in it before running.
+    #[cfg(feature = "prometheus")]
+    pub fn metrics(&mut self, registry: prometheus_client::registry::Registry) -> &mut Self {
+        self.registry = Some(Arc::new(registry));
+        self
+    }
+
+    /// Shuts down when `trigger` completes instead of on SIGTERM/SIGINT.
+    pub fn shutdown_on(&mut self, trigger: impl Future<Output = ()> + Send + 'static) -> &mut Self {
+        self.shutdown = Some(trigger.boxed());
+        self
+    }
+
+    /// Runs every watch, controller and the endpoint until shutdown (SIGTERM
+    /// or SIGINT, or the future given to [`shutdown_on`](Self::shutdown_on)),
+    /// then drains every controller, stops the watches and, last, the
+    /// endpoint.
+    ///
+    /// A controller that ends on its own (or panics) before that is
+    /// reported and turns `/healthz` red; the others keep running, so the
+    /// orchestrator's liveness probe restarts the process.
+    pub async fn run(self) -> Result<(), ManagerError> {
+        let Manager {
+            shared,
+            added,
+            listener,
+            shutdown,
+            health,
+            #[cfg(feature = "prometheus")]
+            registry,
+        } = self;
+        let shutdown = match shutdown {
+            Some(trigger) => trigger,
+            None => signals().map_err(ManagerError::Signals)?,
+        };
+
+        // The sources: each shared watch on its own task, and /readyz
+        // waits for each.
+        let (sources, ready): (Vec<_>, Vec<_>) = {
+            let sources = shared.sources.lock();
+            for source in sources.all() {
+                health.require(source.readiness());
+            }
+            let started = sources
+                .all()
+                .iter()
+                .filter_map(|source| source.start())
+                .map(tokio::spawn)
+                .collect();
+            let ready = sources.all().iter().map(|source| source.ready()).collect();
+            (started, ready)
+        };
+        // The sync gate: opens once every source has synced, and stays open.
+        let gate = {
+            let shared = shared.clone();
+            tokio::spawn(async move {
+                futures_util::future::join_all(ready).await;
+                shared.synced.send_replace(true);
+            })
+        };
+
+        // The endpoint.
+        let endpoint_stop = CancellationToken::new();
+        let endpoint = match listener {
+            Some(listener) => {
+                let addr = listener
+                    .local_addr()
+                    .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+                let listener = tokio::net::TcpListener::from_std(listener)
+                    .map_err(|source| ManagerError::Bind { addr, source })?;
+                let endpoint = serve::Endpoint {
+                    health: health.clone(),
+                    #[cfg(feature = "prometheus")]
+                    registry,
+                };
+                Some(tokio::spawn(serve::serve(
+                    listener,
+                    endpoint,
+                    endpoint_stop.clone(),
+                )))
+            }
+            None => None,
+        };
+
+        // The controllers.
+        let mut controllers = tokio::task::JoinSet::new();
+        for Added { name, run } in added {
+            let health = health.clone();
+            let stop = shared.stop.clone();
+            controllers.spawn(async move {
+                let ended = std::panic::AssertUnwindSafe(run).catch_unwind().await;
+                if !stop.is_cancelled() {
+                    let how = if ended.is_err() { "panicked" } else { "ended" };
+                    tracing::error!(controller = %name, "controller {how} before the manager stopped it");
+                    health.died(&name);
+                }
+            });
+        }
+
+        shutdown.await;
+        tracing::info!("manager shutting down: draining every controller");
+        shared.stop.cancel();
+        while controllers.join_next().await.is_some() {}
+        gate.abort();
+        for source in sources {
+            source.abort();
+        }
+        endpoint_stop.cancel();
+        if let Some(endpoint) = endpoint {
+            let _ = endpoint.await;
+        }
+        Ok(())
+    }
+}
+
+/// The first SIGTERM or SIGINT.
+fn signals() -> std::io::Result<BoxFuture<'static, ()>> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        Ok(async move {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        .boxed())
+    }
+    #[cfg(not(unix))]
+    {
+        Ok(async {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+        .boxed())
+    }
+}
+
+impl fmt::Debug for Manager {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Manager")
+            .field("sources", &*self.shared.sources.lock())
+            .field(
+                "controllers",
+                &self.added.iter().map(|a| &a.name).collect::<Vec<_>>(),
+            )
+            .field("endpoint", &self.local_addr())
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,143 @@
+//! The manager's HTTP endpoint: `/metrics`, `/healthz` and `/readyz` on one
+//! listener, plain HTTP/1.1 on hyper.
+//!
+//! What each path answers:
+//!
+//! | path | 200 when | otherwise |
+//! | --- | --- | --- |
+//! | `/healthz` | the process is live: no controller task has died | 500, naming the dead controllers |
+//! | `/readyz` | every shared cache has synced and, with leader election or shards, lease renewals are on time | 503, saying what is missing |
+//! | `/metrics` | always, with the registry given (OpenMetrics text) | 404 without a registry |
+//!
+//! Other paths get 404, other methods than `GET` and `HEAD` 405. The
+//! listener is plain HTTP and answers anyone who can reach it: bind it to
+//! the pod's address and keep it inside the cluster (a NetworkPolicy), as
+//! controller-runtime's default metrics endpoint does; authentication and
+//! TLS for `/metrics` are not built yet.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{CONTENT_TYPE, HeaderValue};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use super::health::Health;
+
+/// What the endpoint serves.
+#[derive(Clone)]
+pub(crate) struct Endpoint {
+    pub(crate) health: Arc<Health>,
+    #[cfg(feature = "prometheus")]
+    pub(crate) registry: Option<Arc<prometheus_client::registry::Registry>>,
+}
+
+/// Serves `endpoint` on `listener` until `stop` is cancelled; connections
+/// in progress are finished, new ones are not accepted.
+pub(crate) async fn serve(listener: TcpListener, endpoint: Endpoint, stop: CancellationToken) {
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        let accepted = tokio::select! {
+            _ = stop.cancelled() => break,
+            accepted = listener.accept() => accepted,
+        };
+        let (stream, _) = match accepted {
+            Ok(conn) => conn,
+            // Out of file descriptors and the like: keep serving.
+            Err(error) => {
+                tracing::warn!(%error, "manager endpoint: accept failed");
+                continue;
+            }
+        };
+        let endpoint = endpoint.clone();
+        let stop = stop.clone();
+        connections.spawn(async move {
+            let service = service_fn(move |req| {
+                let endpoint = endpoint.clone();
+                async move { Ok::<_, Infallible>(answer(&endpoint, &req)) }
+            });
+            let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+            let mut conn = std::pin::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                _ = stop.cancelled() => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
+        });
+    }
+    while connections.join_next().await.is_some() {}
+}
+
+fn answer(endpoint: &Endpoint, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        let mut response = text(StatusCode::METHOD_NOT_ALLOWED, "only GET and HEAD\n");
+        response
+            .headers_mut()
+            .insert("allow", HeaderValue::from_static("GET, HEAD"));
+        return response;
+    }
+    match req.uri().path() {
+        "/healthz" | "/livez" => match endpoint.health.dead() {
+            dead if dead.is_empty() => text(StatusCode::OK, "ok\n"),
+            dead => text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &format!("controllers ended: {}\n", dead.join(", ")),
+            ),
+        },
+        "/readyz" => match endpoint.health.not_ready() {
+            missing if missing.is_empty() => text(StatusCode::OK, "ok\n"),
+            missing => text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &format!("not ready: {}\n", missing.join("; ")),
+            ),
+        },
+        "/metrics" => metrics(endpoint),
+        _ => text(StatusCode::NOT_FOUND, "not found\n"),
+    }
+}
+
+#[cfg(feature = "prometheus")]
+fn metrics(endpoint: &Endpoint) -> Response<Full<Bytes>> {
+    let Some(registry) = &endpoint.registry else {
+        return text(StatusCode::NOT_FOUND, "no metrics registry given\n");
+    };
+    let mut body = String::new();
+    if let Err(error) = prometheus_client::encoding::text::encode(&mut body, registry) {
+        return text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &format!("encoding metrics failed: {error}\n"),
+        );
+    }
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+    );
+    response
+}
+
+#[cfg(not(feature = "prometheus"))]
+fn metrics(_: &Endpoint) -> Response<Full<Bytes>> {
+    text(
+        StatusCode::NOT_FOUND,
+        "metrics need the `prometheus` feature\n",
+    )
+}
+
+fn text(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body.to_owned())));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
