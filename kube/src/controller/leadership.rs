@@ -37,6 +37,19 @@ impl Leadership {
         }
     }
 
+    /// A view of an election someone else runs (a
+    /// [`Manager`](crate::Manager)'s, for all its controllers): fenced and
+    /// followed like the controller's own, released by its owner.
+    pub(crate) fn shared(state: watch::Receiver<LeaderState>, grace: Duration) -> Self {
+        Leadership {
+            election: None,
+            elector: None,
+            state: Some(Watched::new(state)),
+            grace,
+            release: AtEnd::default(),
+        }
+    }
+
     /// Starts the elector on the first call, and has `cx` woken when the
     /// leadership changes.
     pub(crate) fn poll(&mut self, cx: &mut Context<'_>) {

@@ -2,7 +2,7 @@
 
 mod at_end;
 mod error;
-mod leadership;
+pub(crate) mod leadership;
 #[cfg(feature = "prometheus")]
 pub(crate) mod metrics;
 mod replication;
@@ -909,7 +909,8 @@ where
             context,
         );
         let runner = runner.gated(self.gates);
-        match Replication::new(self.leader, self.shards, self.dyntype.clone()) {
+        let shared = self.manager.as_ref().and_then(|m| m.leadership());
+        match Replication::new(self.leader, self.shards, shared, self.dyntype.clone()) {
             Ok(replication) => runner.replicated(replication),
             Err(error) => runner.failed(error),
         }

@@ -38,13 +38,17 @@ where
 {
     /// The gate for what the controller was configured with; its Lease
     /// config is validated here, so that starting it later cannot fail.
+    ///
+    /// `shared` is an election run for the controller by its manager; the
+    /// controller's own election or shards, if any, take its place.
     pub(crate) fn new(
         leader: Option<LeaderElection>,
         shards: Option<Shards>,
+        shared: Option<Leadership>,
         dyntype: K::DynamicType,
     ) -> Result<Self, ControllerError> {
         match (leader, shards) {
-            (None, None) => Ok(Replication::Single),
+            (None, None) => Ok(shared.map_or(Replication::Single, Replication::Leader)),
             (Some(_), Some(_)) => Err(ControllerError::LeaderElectionWithShards),
             (Some(election), None) => match election.config().validate() {
                 Ok(()) => Ok(Replication::Leader(Leadership::new(election))),

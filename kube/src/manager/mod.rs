@@ -32,15 +32,18 @@
 //! | path | 200 when | otherwise |
 //! | --- | --- | --- |
 //! | `/healthz` | no controller's task has ended before the manager stopped it | 500, naming the controllers that ended |
-//! | `/readyz` | every shared cache has synced | 503, naming the caches still listing |
+//! | `/readyz` | every shared cache has synced, and the lease (if any) is renewed on time | 503, saying what is missing |
 //! | `/metrics` | a registry was given ([`Manager::metrics`], feature `prometheus`): its OpenMetrics text | 404 |
 //!
 //! Other paths get 404 and methods other than `GET`/`HEAD` 405. The
 //! listener is plain HTTP; bind it to the pod's address and keep it inside
 //! the cluster (a NetworkPolicy). Bearer-token authentication and TLS for
-//! `/metrics`, and one leader election for all controllers, are not built
-//! yet: give each controller its own
-//! [`leader_election`](crate::Controller::leader_election) meanwhile.
+//! `/metrics` are not built yet.
+//!
+//! With [`Manager::leader_election`], one Lease decides for every
+//! controller: only the leading replica reconciles, the others keep every
+//! cache warm (so a new leader starts at once, without a re-list), and a
+//! leader that cannot renew fences every controller.
 //!
 //! # Example
 //!
@@ -86,6 +89,7 @@ use std::fmt;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use futures_util::{FutureExt, StreamExt};
@@ -101,6 +105,8 @@ use tokio_util::sync::CancellationToken;
 use self::health::Health;
 use self::source::{Source, SourceId, Sources};
 use crate::Controller;
+use crate::controller::leadership::Leadership;
+use crate::leader::{LeaderElection, LeaderState, LeaseConfigError};
 
 /// Why the manager refused a call or could not run.
 #[derive(Debug)]
@@ -126,6 +132,13 @@ pub enum ManagerError {
     },
     /// [`Manager::serve`] was called twice.
     ServeTwice,
+    /// [`Manager::leader_election`] was called after controllers were
+    /// made: they would not follow it.
+    ElectionAfterControllers,
+    /// [`Manager::leader_election`] was called twice.
+    ElectionTwice,
+    /// The Lease config breaks client-go's timing rules.
+    InvalidLeaseConfig(LeaseConfigError),
     /// [`Manager::run`] was called outside a tokio runtime with signal
     /// handling, or the signal handlers could not be installed.
     Signals(std::io::Error),
@@ -145,6 +158,13 @@ impl fmt::Display for ManagerError {
                 write!(f, "cannot listen on {addr}: {source}")
             }
             ManagerError::ServeTwice => f.write_str("the manager serves one endpoint only"),
+            ManagerError::ElectionAfterControllers => {
+                f.write_str("leader_election must be called before the manager makes controllers")
+            }
+            ManagerError::ElectionTwice => f.write_str("the manager runs one leader election only"),
+            ManagerError::InvalidLeaseConfig(error) => {
+                write!(f, "invalid leader election: {error}")
+            }
             ManagerError::Signals(error) => {
                 write!(f, "cannot install the shutdown signal handlers: {error}")
             }
@@ -157,6 +177,7 @@ impl std::error::Error for ManagerError {
         match self {
             ManagerError::Bind { source, .. } => Some(source),
             ManagerError::Signals(error) => Some(error),
+            ManagerError::InvalidLeaseConfig(error) => Some(error),
             _ => None,
         }
     }
@@ -170,6 +191,11 @@ pub(crate) struct Shared {
     stop: CancellationToken,
     /// Whether every source has synced.
     synced: watch::Sender<bool>,
+    /// The manager's leader election, followed by every controller it
+    /// made: the state and the fencing grace.
+    leader: Mutex<Option<(watch::Sender<LeaderState>, Duration)>>,
+    /// Controllers made so far (an election must come before them).
+    made: std::sync::atomic::AtomicUsize,
 }
 
 impl Shared {
@@ -235,6 +261,13 @@ impl Shared {
     pub(crate) fn client(&self) -> Client {
         self.client.clone()
     }
+
+    /// The manager's election as a controller follows it, if it has one.
+    pub(crate) fn leadership(&self) -> Option<Leadership> {
+        let leader = self.leader.lock();
+        let (state, grace) = leader.as_ref()?;
+        Some(Leadership::shared(state.subscribe(), *grace))
+    }
 }
 
 /// A controller handed to [`Manager::add`]: its name and the task that
@@ -252,6 +285,7 @@ pub struct Manager {
     listener: Option<std::net::TcpListener>,
     shutdown: Option<BoxFuture<'static, ()>>,
     health: Arc<Health>,
+    election: Option<LeaderElection>,
     #[cfg(feature = "prometheus")]
     registry: Option<Arc<prometheus_client::registry::Registry>>,
 }
@@ -266,14 +300,45 @@ impl Manager {
                 sources: Mutex::new(Sources::default()),
                 stop: CancellationToken::new(),
                 synced: watch::Sender::new(false),
+                leader: Mutex::new(None),
+                made: std::sync::atomic::AtomicUsize::new(0),
             }),
             added: Vec::new(),
             listener: None,
             shutdown: None,
             health: Health::new(),
+            election: None,
             #[cfg(feature = "prometheus")]
             registry: None,
         }
+    }
+
+    /// One leader election for every controller of this manager: only the
+    /// replica that leads `election`'s Lease reconciles, every replica keeps
+    /// every cache warm, and losing the Lease fences every controller as
+    /// [`Controller::leader_election`] fences one (see [`crate::leader`]).
+    /// `/readyz` fails while the replica is fenced (it led and could not
+    /// renew by its renew deadline). The Lease is released on shutdown,
+    /// after every controller drained.
+    ///
+    /// Call it before making controllers: each controller follows the
+    /// election the manager had when it was made. A controller given an
+    /// election or shards of its own follows those instead.
+    pub fn leader_election(&mut self, election: LeaderElection) -> Result<&mut Self, ManagerError> {
+        if self.shared.made.load(std::sync::atomic::Ordering::Relaxed) > 0 {
+            return Err(ManagerError::ElectionAfterControllers);
+        }
+        if self.election.is_some() {
+            return Err(ManagerError::ElectionTwice);
+        }
+        election
+            .config()
+            .validate()
+            .map_err(ManagerError::InvalidLeaseConfig)?;
+        let grace = election.config().fencing_grace();
+        *self.shared.leader.lock() = Some((watch::Sender::new(LeaderState::Following), grace));
+        self.election = Some(election);
+        Ok(self)
     }
 
     /// The client the manager was made with.
@@ -324,6 +389,9 @@ impl Manager {
             Eq + std::hash::Hash + Clone + Default + fmt::Debug + Send + Sync + Unpin + 'static,
     {
         let source = self.source(api, wc);
+        self.shared
+            .made
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Controller::for_shared(source.subscribe(), source.store(), self.shared.clone())
     }
 
@@ -419,6 +487,7 @@ impl Manager {
             listener,
             shutdown,
             health,
+            election,
             #[cfg(feature = "prometheus")]
             registry,
         } = self;
@@ -450,6 +519,33 @@ impl Manager {
                 futures_util::future::join_all(ready).await;
                 shared.synced.send_replace(true);
             })
+        };
+
+        // The election, followed by every controller through `shared.leader`.
+        let elector = match election {
+            Some(election) => {
+                let elector = election.start().map_err(ManagerError::InvalidLeaseConfig)?;
+                let follow = shared.leader.lock().as_ref().map(|(tx, _)| tx.clone());
+                if let Some(tx) = follow {
+                    let mut state = elector.state();
+                    let fenced = tx.subscribe();
+                    health.require(Box::new(move || {
+                        (*fenced.borrow() == LeaderState::Fenced)
+                            .then(|| "the lease was not renewed by its renew deadline".to_owned())
+                    }));
+                    tokio::spawn(async move {
+                        loop {
+                            tx.send_replace(*state.borrow_and_update());
+                            if state.changed().await.is_err() {
+                                tx.send_replace(LeaderState::Following);
+                                break;
+                            }
+                        }
+                    });
+                }
+                Some(elector)
+            }
+            None => None,
         };
 
         // The endpoint.
@@ -494,6 +590,11 @@ impl Manager {
         tracing::info!("manager shutting down: draining every controller");
         shared.stop.cancel();
         while controllers.join_next().await.is_some() {}
+        if let Some(elector) = elector
+            && let Err(error) = elector.release().await
+        {
+            tracing::warn!(%error, "could not release the lease; it will expire");
+        }
         gate.abort();
         for source in sources {
             source.abort();
