@@ -290,7 +290,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "reconciles: configmaps {}, secrets {}, mirrors {}",
         counts[0], counts[1], counts[2]
     );
-    if counts.iter().any(|&c| c == 0) {
+    if counts.contains(&0) {
         return Err("a controller reconciled nothing".into());
     }
     Ok(())

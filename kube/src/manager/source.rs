@@ -10,8 +10,9 @@
 //! A subscriber that joins after the source started does not miss the
 //! objects already listed: under the same lock that orders the live events
 //! it is handed the store's contents as a list (`Init`, one `InitApply` per
-//! object, `InitDone`), or, while a list is in progress, that list's
-//! objects so far, and then the live events that follow.
+//! object, `InitDone`), then the live events that follow. One that joins
+//! while a list is in progress waits for its end and gets the store, just
+//! swapped in, the same way (no copy of a list in progress is kept).
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
@@ -81,9 +82,11 @@ where
     subscribers: Vec<UnboundedSender<SharedEvent<K>>>,
     /// Taken when the source starts.
     pending: Option<Pending<K>>,
-    /// The objects of the list in progress, for subscribers that join
-    /// during it.
-    listing: Option<Vec<K>>,
+    /// Subscribers that joined during a list: they get the store at its
+    /// end.
+    joining: Vec<UnboundedSender<SharedEvent<K>>>,
+    /// Whether a list is in progress.
+    listing: bool,
     /// Whether a first list was applied (the store is complete).
     ready: bool,
 }
@@ -115,7 +118,8 @@ where
                     writer,
                     events: events.boxed(),
                 }),
-                listing: None,
+                joining: Vec::new(),
+                listing: false,
                 ready: false,
             }),
         }
@@ -136,19 +140,14 @@ where
     pub(crate) fn subscribe(&self) -> UnboundedReceiver<SharedEvent<K>> {
         let (tx, rx) = unbounded();
         let mut inner = self.inner.lock();
-        // The store and `listing` only change under this lock, so the replay
-        // and the live events that follow neither overlap nor leave a gap.
-        if let Some(listed) = &inner.listing {
-            let _ = tx.unbounded_send(Ok(Event::Init));
-            for object in listed {
-                let _ = tx.unbounded_send(Ok(Event::InitApply(object.clone())));
-            }
-        } else if inner.ready {
-            let _ = tx.unbounded_send(Ok(Event::Init));
-            for object in self.store.state() {
-                let _ = tx.unbounded_send(Ok(Event::InitApply((*object).clone())));
-            }
-            let _ = tx.unbounded_send(Ok(Event::InitDone));
+        // The store only changes under this lock, so the replay and the
+        // live events that follow neither overlap nor leave a gap.
+        if inner.listing {
+            inner.joining.push(tx);
+            return rx;
+        }
+        if inner.ready {
+            replay(&self.store, &tx);
         }
         inner.subscribers.push(tx);
         rx
@@ -167,22 +166,24 @@ where
                     if let Ok(event) = &event {
                         writer.apply_watcher_event(event);
                         match event {
-                            Event::Init => inner.listing = Some(Vec::new()),
-                            Event::InitApply(object) => {
-                                if let Some(listed) = &mut inner.listing {
-                                    listed.push(object.clone());
-                                }
-                            }
+                            Event::Init => inner.listing = true,
                             Event::InitDone => {
-                                inner.listing = None;
+                                inner.listing = false;
                                 inner.ready = true;
                             }
-                            Event::Apply(_) | Event::Delete(_) => {}
+                            Event::InitApply(_) | Event::Apply(_) | Event::Delete(_) => {}
                         }
                     }
                     inner
                         .subscribers
                         .retain(|tx| tx.unbounded_send(clone_event(&event)).is_ok());
+                    if !inner.listing && !inner.joining.is_empty() {
+                        let joining = std::mem::take(&mut inner.joining);
+                        for tx in joining {
+                            replay(&this.store, &tx);
+                            inner.subscribers.push(tx);
+                        }
+                    }
                 }
             }
             .boxed(),
@@ -193,6 +194,18 @@ where
     pub(crate) fn is_ready(&self) -> bool {
         self.inner.lock().ready
     }
+}
+
+/// The store's contents as one list.
+fn replay<K: Lookup + Clone + 'static>(store: &Store<K>, tx: &UnboundedSender<SharedEvent<K>>)
+where
+    K::DynamicType: Eq + Hash + Clone,
+{
+    let _ = tx.unbounded_send(Ok(Event::Init));
+    for object in store.state() {
+        let _ = tx.unbounded_send(Ok(Event::InitApply(K::clone(&object))));
+    }
+    let _ = tx.unbounded_send(Ok(Event::InitDone));
 }
 
 fn clone_event<K: Clone>(event: &SharedEvent<K>) -> SharedEvent<K> {
@@ -296,5 +309,103 @@ impl fmt::Debug for Sources {
         f.debug_list()
             .entries(self.started.iter().map(|s| s.id()))
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_channel::mpsc;
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    fn cm(name: &str) -> ConfigMap {
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some(name.into());
+        cm.metadata.namespace = Some("default".into());
+        cm
+    }
+
+    /// What a subscriber received so far, as short strings.
+    fn drain(rx: &mut UnboundedReceiver<SharedEvent<ConfigMap>>) -> Vec<String> {
+        let mut seen = Vec::new();
+        while let Ok(event) = rx.try_recv() {
+            seen.push(match event.unwrap() {
+                Event::Init => "init".to_owned(),
+                Event::InitApply(o) => format!("list {}", o.metadata.name.unwrap()),
+                Event::InitDone => "done".to_owned(),
+                Event::Apply(o) => format!("apply {}", o.metadata.name.unwrap()),
+                Event::Delete(o) => format!("delete {}", o.metadata.name.unwrap()),
+            });
+        }
+        seen
+    }
+
+    /// A source fed by hand, and its running task.
+    fn source() -> (
+        Arc<Source<ConfigMap>>,
+        mpsc::UnboundedSender<SharedEvent<ConfigMap>>,
+        tokio::task::JoinHandle<()>,
+    ) {
+        let (tx, rx) = mpsc::unbounded();
+        let source = Arc::new(Source::new(rx, ()));
+        let task = tokio::spawn(source.start().unwrap());
+        (source, tx, task)
+    }
+
+    async fn send(tx: &mpsc::UnboundedSender<SharedEvent<ConfigMap>>, event: Event<ConfigMap>) {
+        tx.unbounded_send(Ok(event)).unwrap();
+        // The source's task applies it before the test looks.
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test]
+    async fn early_late_and_mid_list_subscribers_all_see_every_object_once_listed() {
+        let (source, tx, task) = source();
+        let mut early = source.subscribe();
+        assert!(source.start().is_none(), "a source starts once");
+        send(&tx, Event::Init).await;
+        send(&tx, Event::InitApply(cm("a"))).await;
+        // Joins while the list is in progress: gets the whole list at its end.
+        let mut mid = source.subscribe();
+        send(&tx, Event::InitApply(cm("b"))).await;
+        assert!(!source.is_ready());
+        assert!(drain(&mut mid).is_empty());
+        send(&tx, Event::InitDone).await;
+        assert!(source.is_ready());
+        // Joins after: the store as a list, then live events.
+        let mut late = source.subscribe();
+        send(&tx, Event::Apply(cm("c"))).await;
+
+        assert_eq!(
+            drain(&mut early),
+            ["init", "list a", "list b", "done", "apply c"]
+        );
+        let mut got = drain(&mut mid);
+        got[1..3].sort();
+        assert_eq!(got, ["init", "list a", "list b", "done", "apply c"]);
+        let mut got = drain(&mut late);
+        got[1..3].sort();
+        assert_eq!(got, ["init", "list a", "list b", "done", "apply c"]);
+        assert_eq!(source.store().state().len(), 3);
+        drop(tx);
+        task.await.unwrap();
+    }
+
+    #[test]
+    fn sources_are_one_per_identity() {
+        let mut sources = Sources::default();
+        let wc = watcher::Config::default();
+        let id = |url: &str, wc: &watcher::Config| SourceId::new::<ConfigMap>(url, wc);
+        let make = || Source::<ConfigMap>::new(futures_util::stream::empty(), ());
+        let a = sources.get_or_insert(id("/api/v1/configmaps", &wc), make);
+        let b = sources.get_or_insert(id("/api/v1/configmaps", &wc), make);
+        assert!(Arc::ptr_eq(&a, &b));
+        let labelled = wc.clone().labels("app=x");
+        let c = sources.get_or_insert(id("/api/v1/configmaps", &labelled), make);
+        let d = sources.get_or_insert(id("/api/v1/namespaces/x/configmaps", &wc), make);
+        assert!(!Arc::ptr_eq(&a, &c) && !Arc::ptr_eq(&a, &d));
+        assert_eq!(sources.all().len(), 3);
     }
 }
