@@ -95,8 +95,10 @@
 #![deny(rust_2018_idioms)]
 
 mod builder;
+mod clock;
 mod error;
 mod item;
+mod item_ext;
 mod key;
 #[cfg(feature = "kube")]
 pub mod kube;

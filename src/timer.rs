@@ -44,7 +44,7 @@ pub(crate) fn ensure_running<K: Key, O: Ordering<K>>(
     if st.timer_running() {
         return Ok(());
     }
-    let handle = tokio::runtime::Handle::try_current().map_err(|_| AddError::NoRuntime)?;
+    let handle = crate::clock::timed_handle()?;
     if st.timer_task.is_some() {
         st.restart_timers();
     }
