@@ -58,7 +58,10 @@
 //!    returns [`AddError::ShuttingDown`]) and drops delayed keys; ready keys,
 //!    and keys re-added during a lease, are still handed out.
 //!    [`shutdown_with_drain`](WorkQueue::shutdown_with_drain) resolves once
-//!    nothing is ready and nothing is leased.
+//!    nothing is ready and nothing is leased. [`drain`](WorkQueue::drain)
+//!    can keep delayed keys (all, or those due soon enough) and run them,
+//!    hands back in a [`DrainReport`] the keys whose delays it dropped, and
+//!    can give up after a timeout, reporting what was left.
 //! 9. Delays: zero means now, delays beyond [`MAX_DELAY`] are clamped, never a
 //!    panic. Ready times use tokio's clock, so paused-time tests are exact (to
 //!    the millisecond the timer wheel works in).
@@ -96,6 +99,7 @@
 
 mod builder;
 mod clock;
+mod drain;
 mod error;
 mod item;
 mod item_ext;
@@ -115,6 +119,7 @@ mod throttle;
 mod timer;
 
 pub use builder::Builder;
+pub use drain::{Drain, DrainReport};
 pub use error::AddError;
 pub use item::WorkItem;
 pub use key::Key;

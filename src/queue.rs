@@ -285,7 +285,13 @@ impl<K: Key, O: Ordering<K>> WorkQueue<K, O> {
     /// nothing is ready and nothing is leased.
     ///
     /// Unlike client-go's, this waits for queued keys too, not only for those
-    /// in flight, so it needs consumers to keep taking keys.
+    /// in flight, so it needs consumers to keep taking keys: with none left
+    /// and keys ready, it waits forever.
+    ///
+    /// Keys waiting on a delay, retries from `requeue_rate_limited`
+    /// included, are dropped without a word. [`drain`](Self::drain) runs
+    /// them or hands them back, and can time out with a report of what was
+    /// left: prefer it where a lost key matters.
     pub async fn shutdown_with_drain(&self) {
         self.shutdown();
         loop {
