@@ -98,6 +98,7 @@
 #![deny(rust_2018_idioms)]
 
 mod builder;
+mod catch;
 mod clock;
 mod drain;
 mod error;
@@ -117,6 +118,7 @@ mod state;
 mod sync;
 mod throttle;
 mod timer;
+mod workers;
 
 pub use builder::Builder;
 pub use drain::{Drain, DrainReport};
@@ -134,6 +136,7 @@ pub use partition::{
 };
 pub use queue::WorkQueue;
 pub use state::MAX_DELAY;
+pub use workers::{RunReport, WorkerPanic, Workers};
 
 /// The README's code blocks, compiled and run as doc-tests.
 #[doc = include_str!("../README.md")]
