@@ -62,7 +62,7 @@ async fn control_for_each_concurrent_ends_at_the_first_panic() {
     });
     assert!(workers.await.unwrap_err().is_panic());
     assert!(finished.load(Ordering::Relaxed) < 19);
-    assert!(queue.len() > 0, "queued keys stranded");
+    assert!(!queue.is_empty(), "queued keys stranded");
     queue.shutdown();
     assert!(
         tokio::time::timeout(Duration::from_secs(60), queue.shutdown_with_drain())
