@@ -8,7 +8,10 @@
 //! makes one throwaway `Sleep` here and catches its panic.
 //!
 //! Cost: this runs only when a timer task must be started (the first
-//! delayed add of a queue on a runtime), never on the hot path. On a runtime
+//! delayed add of a queue on a runtime), never on the hot path. Measured in
+//! release on a current-thread runtime: a queue's first delayed add took
+//! about 220 ns against 190 before; 200,000 adds with the task running,
+//! about 105 ns each either way (within the machine's noise). On a runtime
 //! without time it runs on every refused delayed add, and the default panic
 //! hook prints tokio's message each time: a misconfiguration worth seeing.
 //! With `panic = "abort"` the process aborts there instead of losing the

@@ -236,3 +236,13 @@ async fn the_retry_after_a_panic_is_a_retry_in_the_metrics() {
     assert_eq!(retries.0.load(Ordering::Relaxed), 1);
     assert_eq!(queue.add(2), Err(AddError::ShuttingDown));
 }
+
+#[test]
+fn the_new_public_types_are_send_sync_and_debug() {
+    fn check<T: Send + Sync + std::fmt::Debug>() {}
+    check::<tokio_workqueue::Workers<String>>();
+    check::<tokio_workqueue::RunReport<String>>();
+    check::<tokio_workqueue::WorkerPanic<String>>();
+    check::<tokio_workqueue::Drain<String>>();
+    check::<tokio_workqueue::DrainReport<String>>();
+}
