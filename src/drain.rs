@@ -159,15 +159,8 @@ impl<K: Key, O: Ordering<K>> Drain<K, O> {
             Keep::All => Some(Instant::now() + MAX_DELAY),
             Keep::Within(within) => Some(Instant::now() + within),
         };
-        let mut dropped = Vec::new();
-        let fx = queue
-            .shared
-            .state
-            .lock()
-            .shutdown_keeping(keep_until, &mut |k: &K| dropped.push(k.clone()));
-        queue.shared.apply(fx, 0);
         let mut report = DrainReport {
-            dropped,
+            dropped: shut_down(&queue, keep_until),
             timed_out: false,
             not_handed_out: Vec::new(),
             in_flight: 0,
@@ -193,6 +186,26 @@ impl<K: Key, O: Ordering<K>> Drain<K, O> {
         report.waiting = snapshot.waiting;
         report
     }
+}
+
+/// Shuts `queue` down, keeping the delays due by `keep_until`; returns the
+/// keys of those dropped.
+fn shut_down<K: Key, O: Ordering<K>>(
+    queue: &WorkQueue<K, O>,
+    keep_until: Option<Instant>,
+) -> Vec<K> {
+    let mut dropped = Vec::new();
+    let shared = &queue.shared;
+    let mut st = shared.state.lock();
+    // Kept delays need a timer task: the one that timed them may have gone
+    // with its runtime. Without a timer to be had here they could never
+    // fire, so they are dropped and reported instead.
+    let keep_until =
+        keep_until.filter(|_| st.is_shutdown() || (shared.start_timer)(shared, &mut st).is_ok());
+    let fx = st.shutdown_keeping(keep_until, &mut |k: &K| dropped.push(k.clone()));
+    drop(st);
+    shared.apply(fx, 0);
+    dropped
 }
 
 impl<K: Key, O: Ordering<K>> IntoFuture for Drain<K, O> {

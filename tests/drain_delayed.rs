@@ -169,3 +169,59 @@ async fn a_drain_without_consumers_ends_at_its_timeout_with_the_keys_left() {
     drop(leased);
     assert!(queue.get().await.is_none(), "the keys reported are gone");
 }
+
+/// The runtime that timed the delays is gone: the drain starts a timer
+/// task on its own runtime, so the kept keys still run.
+#[test]
+fn kept_delays_outlive_the_runtime_that_timed_them() {
+    let paused = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap()
+    };
+    let queue = WorkQueue::new();
+    paused().block_on(async {
+        queue.add_after("a", Duration::from_millis(100)).unwrap();
+    });
+    paused().block_on(async {
+        let workers = tokio::spawn(queue.clone().for_each(|_item| async {}));
+        let report = tokio::time::timeout(
+            Duration::from_secs(60),
+            queue.drain().wait_for_delayed().into_future(),
+        )
+        .await
+        .expect("the kept delay fired");
+        assert!(report.is_complete());
+        workers.await.unwrap();
+    });
+}
+
+/// With no timer to be had, kept delays could never fire: the drain drops
+/// and reports them instead of waiting forever.
+#[test]
+fn without_a_timer_kept_delays_are_dropped_and_reported() {
+    let queue = WorkQueue::new();
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap()
+        .block_on(async {
+            queue.add_after("a", Duration::from_secs(1)).unwrap();
+        });
+    // On a thread of its own, so that a drain that hangs fails the test
+    // (no tokio timeout without time).
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let timeless = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let report = timeless.block_on(queue.drain().wait_for_delayed().into_future());
+        let _ = tx.send(report);
+    });
+    let report = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the drain waited for a delay that could never fire");
+    assert_eq!(report.dropped, ["a"]);
+}
