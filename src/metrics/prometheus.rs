@@ -7,7 +7,7 @@
 //!
 //! The [`Registry`] and encoder must come from the same `prometheus-client`
 //! as the queue's metrics. The crate re-exports it as
-//! [`prometheus_client`](self::prometheus_client): use that path, or depend
+//! [`prometheus_client`]: use that path, or depend
 //! on `prometheus-client` yourself at the version this crate uses (0.25).
 //!
 //! ```
