@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-/// An add, requeue or build that the queue refused.
+/// An add or requeue that the queue refused.
 ///
 /// Every add returns `Result<(), AddError>`: a refused key is never dropped
 /// silently, the caller can always tell.
@@ -11,8 +11,26 @@ use std::fmt;
 pub enum AddError {
     /// The queue is shutting down and takes no new keys.
     ShuttingDown,
-    /// A delayed add was made outside a tokio runtime, so no timer could be
-    /// started for it.
+    /// A delayed or rate-limited add was made where no timer could be
+    /// started for it: outside a tokio runtime, or in one built without
+    /// `enable_time`.
+    ///
+    /// A plain `std::thread` has no runtime: enter one's handle there first.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio_workqueue::{AddError, WorkQueue};
+    ///
+    /// let rt = tokio::runtime::Runtime::new().unwrap();
+    /// let queue = WorkQueue::new();
+    /// let delay = Duration::from_millis(1);
+    /// assert_eq!(queue.add_after("a", delay), Err(AddError::NoRuntime));
+    /// let _guard = rt.handle().enter(); // this thread now has a runtime
+    /// queue.add_after("a", delay).unwrap();
+    /// ```
+    ///
+    /// A requeue of a [`WorkItem`](crate::WorkItem) refused this way does
+    /// not lose its key: the key is ready again now.
     NoRuntime,
 }
 

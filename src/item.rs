@@ -20,6 +20,13 @@ use crate::sync::Arc;
 /// the item is dropped, whatever the path: [`done`](Self::done), a `requeue`,
 /// an early return or a panic. So a worker cannot forget to mark a key done.
 ///
+/// Beware: a dropped item counts as a success. An early `?` return, a
+/// cancelled future or a panic ends the lease without a retry, so a job that
+/// must not be lost on those paths needs a requeue on them, or
+/// [`WorkQueue::run`](crate::WorkQueue::run), which retries a panicked key.
+/// Neither `done` nor a drop resets the key's backoff:
+/// [`succeed`](Self::succeed) does.
+///
 /// `O` is the queue's [`Ordering`], as in [`WorkQueue<K, O>`](crate::WorkQueue).
 ///
 /// ```
@@ -80,6 +87,10 @@ impl<K: Key, O: Ordering<K>> WorkItem<K, O> {
     }
 
     /// Ends the lease. The same as dropping the item.
+    ///
+    /// The rate limiter still remembers the key's failures, so its next
+    /// rate-limited requeue backs off further: call
+    /// [`succeed`](Self::succeed) (or [`forget`](Self::forget)) on success.
     pub fn done(self) {}
 
     /// Adds the key again, ready now at the priority it was handed out with,
@@ -92,6 +103,11 @@ impl<K: Key, O: Ordering<K>> WorkItem<K, O> {
     /// Adds the key again after `delay`, at the priority it was handed out
     /// with, then ends the lease. Zero means now; long delays are clamped to
     /// [`MAX_DELAY`].
+    ///
+    /// After a shutdown the requeue is refused ([`AddError::ShuttingDown`])
+    /// and the key is dropped. On a runtime without a timer
+    /// ([`AddError::NoRuntime`]) the key is not lost: it is ready again now,
+    /// at its priority, and the error says its delay was not kept.
     pub fn requeue_after(mut self, delay: Duration) -> Result<(), AddError> {
         let when = self.when(delay);
         self.end(Some(when), false)
@@ -100,8 +116,10 @@ impl<K: Key, O: Ordering<K>> WorkItem<K, O> {
     /// Adds the key again after the rate limiter's delay for it (counting a
     /// failure and a retry), then ends the lease.
     ///
-    /// After shutdown, or without a tokio runtime, the requeue is refused
-    /// with an error, no failure is counted, and the lease still ends.
+    /// After a shutdown the requeue is refused ([`AddError::ShuttingDown`]),
+    /// the key dropped and no failure counted. Without a tokio runtime with
+    /// time ([`AddError::NoRuntime`]) no failure is counted either, and the
+    /// key is ready again now, as with [`requeue_after`](Self::requeue_after).
     pub fn requeue_rate_limited(self) -> Result<(), AddError> {
         self.requeue_rate_limited_after(Duration::ZERO)
     }
@@ -116,7 +134,8 @@ impl<K: Key, O: Ordering<K>> WorkItem<K, O> {
         // Refused before the limiter records a failure for nothing; the
         // lease still ends.
         if let Err(e) = self.shared.can_rate_limit() {
-            return self.end(None, false).and(Err(e));
+            let now = (e == AddError::NoRuntime).then_some(When::Now);
+            return self.end(now, false).and(Err(e));
         }
         let delay = self.shared.limiter.when(&self.key).max(at_least);
         let when = self.when(delay);
@@ -158,9 +177,9 @@ impl<K, O: Ordering<K>> WorkItem<K, O> {
             && !st.is_shutdown()
             && let Err(e) = (shared.start_timer)(shared, &mut st)
         {
-            // Without a runtime for the timer the requeue is refused, but the
-            // lease still ends.
-            readd = None;
+            // No timer to be had: the key comes back now rather than never,
+            // and the error tells the caller its delay was not kept.
+            readd = readd.map(|(p, _)| (p, When::Now));
             outcome = Err(e);
         }
         let (fx, finished, forgotten) = st.finish(self.slot, self.lease, readd, now);

@@ -6,8 +6,10 @@
 //!
 //! - **A stream of leases.** [`WorkQueue`] is a [`Stream`](futures_core::Stream)
 //!   of [`WorkItem`] guards. Dropping a guard ends the lease, so a worker can
-//!   never forget to mark a key done, not even when it panics.
-//!   `queue.for_each_concurrent(n, reconcile)` is the main way to use it.
+//!   never forget to mark a key done, not even when it panics (a dropped
+//!   guard counts as a success, though). [`queue.run(n, job)`](WorkQueue::run)
+//!   is the main way to use it: unlike `for_each_concurrent`, it survives a
+//!   panicking job, which it retries with backoff.
 //! - **De-duplicated and stingy.** A key added many times before it is taken
 //!   is processed once, and a key is never leased to two workers at once; one
 //!   re-added while leased comes back, once, after its lease ends.
@@ -57,15 +59,25 @@
 //!    returns [`AddError::ShuttingDown`]) and drops delayed keys; ready keys,
 //!    and keys re-added during a lease, are still handed out.
 //!    [`shutdown_with_drain`](WorkQueue::shutdown_with_drain) resolves once
-//!    nothing is ready and nothing is leased.
+//!    nothing is ready and nothing is leased. [`drain`](WorkQueue::drain)
+//!    can keep delayed keys (all, or those due soon enough) and run them,
+//!    hands back in a [`DrainReport`] the keys whose delays it dropped, and
+//!    can give up after a timeout, reporting what was left.
 //! 9. Delays: zero means now, delays beyond [`MAX_DELAY`] are clamped, never a
 //!    panic. Ready times use tokio's clock, so paused-time tests are exact (to
 //!    the millisecond the timer wheel works in).
 //!
 //! # Example
+//! A job runner: up to 4 jobs at once, failures retried with backoff, and a
+//! drain at the end that loses nothing without saying so.
 //! ```
-//! use futures::StreamExt;
+//! use std::time::Duration;
 //! use tokio_workqueue::WorkQueue;
+//!
+//! async fn reconcile(key: &str) -> Result<(), String> {
+//!     println!("reconciled {key}");
+//!     Ok(())
+//! }
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() {
@@ -75,12 +87,86 @@
 //! }
 //! assert_eq!(queue.len(), 2); // "default/web" is queued once
 //!
-//! let workers = tokio::spawn(queue.clone().for_each_concurrent(4, |item| async move {
-//!     // Reconcile item.key(); dropping `item` marks it done.
-//!     println!("reconciled {}", item.key());
+//! // A panicking job is a failed attempt of its key alone: retried with
+//! // backoff, while the loop goes on.
+//! let workers = tokio::spawn(queue.run(4, |item| async move {
+//!     match reconcile(item.key()).await {
+//!         // Done, and the key's backoff starts over (`done()` and a drop
+//!         // keep it).
+//!         Ok(()) => item.succeed(),
+//!         // Back after the key's backoff; refused once the queue drains.
+//!         Err(e) => {
+//!             if let Err(refused) = item.requeue_rate_limited() {
+//!                 eprintln!("{e}, not retried: {refused}");
+//!             }
+//!         }
+//!     }
 //! }));
-//! queue.shutdown_with_drain().await; // waits for both keys to be processed
-//! workers.await.unwrap();
+//!
+//! // Retries due within 5 s still run; the report names the keys dropped.
+//! let report = queue
+//!     .drain()
+//!     .wait_for_delayed_within(Duration::from_secs(5))
+//!     .await;
+//! for key in &report.dropped {
+//!     eprintln!("not run: {key}"); // persist or log them
+//! }
+//! let run = workers.await.unwrap(); // ends once the queue is drained
+//! assert_eq!((run.jobs, run.panics), (2, 0));
+//! # }
+//! ```
+//!
+//! # Jobs with payloads
+//! A key is an identity, and identities de-duplicate: keep the data a job
+//! needs beside the queue, keyed the same way, and let the latest payload
+//! win. A worker takes the payload when its job starts, so one submitted
+//! during the run waits for the next round (the key comes back once), and
+//! puts it back if the job fails, unless a newer one came meanwhile.
+//! ```
+//! use std::collections::HashMap;
+//! use std::sync::{Arc, Mutex};
+//! use tokio_workqueue::{AddError, WorkQueue};
+//!
+//! type Payloads = Arc<Mutex<HashMap<u64, String>>>;
+//!
+//! fn submit(queue: &WorkQueue<u64>, payloads: &Payloads, id: u64, job: &str) -> Result<(), AddError> {
+//!     // Before the add, so a worker handed the key finds its payload.
+//!     payloads.lock().unwrap().insert(id, job.to_owned());
+//!     queue.add(id)
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let queue = WorkQueue::new();
+//! let payloads = Payloads::default();
+//! submit(&queue, &payloads, 1, "resize a.png to 100px").unwrap();
+//! submit(&queue, &payloads, 1, "resize a.png to 200px").unwrap(); // wins
+//! submit(&queue, &payloads, 2, "resize b.png to 100px").unwrap();
+//!
+//! queue.shutdown(); // the two ready jobs still run
+//! let ran = Arc::new(Mutex::new(Vec::new()));
+//! let report = queue
+//!     .run(2, |item| {
+//!         let (payloads, ran) = (payloads.clone(), ran.clone());
+//!         async move {
+//!             let Some(job) = payloads.lock().unwrap().remove(item.key()) else {
+//!                 return; // already done in an earlier round
+//!             };
+//!             let ok = true; // ... run the job ...
+//!             if ok {
+//!                 ran.lock().unwrap().push(job);
+//!                 item.succeed();
+//!             } else {
+//!                 payloads.lock().unwrap().entry(*item.key()).or_insert(job);
+//!                 let _ = item.requeue_rate_limited();
+//!             }
+//!         }
+//!     })
+//!     .await;
+//! assert_eq!(report.jobs, 2);
+//! let mut ran = ran.lock().unwrap().clone();
+//! ran.sort();
+//! assert_eq!(ran, ["resize a.png to 200px", "resize b.png to 100px"]);
 //! # }
 //! ```
 //!
@@ -95,8 +181,12 @@
 #![deny(rust_2018_idioms)]
 
 mod builder;
+mod catch;
+mod clock;
+mod drain;
 mod error;
 mod item;
+mod item_ext;
 mod key;
 pub mod limiter;
 pub mod metrics;
@@ -109,8 +199,10 @@ mod state;
 mod sync;
 mod throttle;
 mod timer;
+mod workers;
 
 pub use builder::Builder;
+pub use drain::{Drain, DrainReport};
 pub use error::AddError;
 pub use item::WorkItem;
 pub use key::Key;
@@ -125,6 +217,7 @@ pub use partition::{
 };
 pub use queue::WorkQueue;
 pub use state::MAX_DELAY;
+pub use workers::{RunReport, WorkerPanic, Workers};
 
 /// The README's code blocks, compiled and run as doc-tests.
 #[doc = include_str!("../README.md")]

@@ -37,8 +37,9 @@ use crate::{Builder, timer};
 /// consumers at once, and one added while leased comes back after its lease
 /// ends. See the [crate docs](crate) for the full semantics.
 ///
-/// Cloning is cheap and every clone is an independent consumer of the same
-/// queue.
+/// Cloning is cheap, and every clone is a handle to the same queue:
+/// consumers on clones compete for keys, each key going to one of them
+/// (they do not each get every key).
 ///
 /// The second type parameter is the queue's [`Ordering`]: which ready key is
 /// handed out next. The default, [`Priorities`], hands out the highest
@@ -170,7 +171,8 @@ impl<K: Key, O: Ordering<K>> WorkQueue<K, O> {
     ///
     /// If the key is already waiting, the earlier ready time wins. A zero
     /// delay means now; delays beyond [`MAX_DELAY`] are clamped to it. Needs
-    /// a tokio runtime with time enabled, else [`AddError::NoRuntime`].
+    /// a tokio runtime with time enabled, else [`AddError::NoRuntime`] (from
+    /// a plain thread, enter a runtime's handle first: see there).
     pub fn add_after(&self, key: K, delay: Duration) -> Result<(), AddError> {
         self.shared.add(key, 0, delay, false)
     }
@@ -283,7 +285,13 @@ impl<K: Key, O: Ordering<K>> WorkQueue<K, O> {
     /// nothing is ready and nothing is leased.
     ///
     /// Unlike client-go's, this waits for queued keys too, not only for those
-    /// in flight, so it needs consumers to keep taking keys.
+    /// in flight, so it needs consumers to keep taking keys: with none left
+    /// and keys ready, it waits forever.
+    ///
+    /// Keys waiting on a delay, retries from `requeue_rate_limited`
+    /// included, are dropped without a word. [`drain`](Self::drain) runs
+    /// them or hands them back, and can time out with a report of what was
+    /// left: prefer it where a lost key matters.
     pub async fn shutdown_with_drain(&self) {
         self.shutdown();
         loop {
@@ -321,8 +329,8 @@ impl<K: Key, O: Ordering<K>> WorkQueue<K, O> {
 
 impl<K: Key, O: Ordering<K>> Shared<K, O> {
     /// Whether a rate-limited add could go ahead now: the queue is open, and
-    /// a delay could be timed (a runtime is current, or the timer task of an
-    /// earlier one still runs). Asked before the limiter, which counts a
+    /// a delay could be timed (a runtime with time is current, or the timer
+    /// task of an earlier one still runs). Asked before the limiter, which counts a
     /// failure each time it is asked, so that a refused add counts none.
     pub(crate) fn can_rate_limit(&self) -> Result<(), AddError> {
         let st = self.state.lock();
@@ -331,11 +339,10 @@ impl<K: Key, O: Ordering<K>> Shared<K, O> {
         }
         let timer_alive = st.timer_running();
         drop(st);
-        if timer_alive || tokio::runtime::Handle::try_current().is_ok() {
-            Ok(())
-        } else {
-            Err(AddError::NoRuntime)
+        if timer_alive {
+            return Ok(());
         }
+        crate::clock::timed_handle().map(drop)
     }
 
     pub(crate) fn add(

@@ -531,6 +531,11 @@ impl<K, O: Ordering<K>> State<K, O> {
         self.shutdown
     }
 
+    /// Shut down with no delay left to fire: the timer task may end.
+    pub(crate) fn timers_done(&self) -> bool {
+        self.shutdown && self.waiting == 0
+    }
+
     /// Keys ready to be handed out.
     pub(crate) fn ready_len(&self) -> usize {
         self.ready_len
@@ -538,12 +543,12 @@ impl<K, O: Ordering<K>> State<K, O> {
 
     /// Nothing left to hand out, now or later: consumers may stop.
     pub(crate) fn is_closed(&self) -> bool {
-        self.shutdown && self.ready_len == 0 && self.dirty == 0
+        self.shutdown && self.ready_len == 0 && self.dirty == 0 && self.waiting == 0
     }
 
     /// Shut down with nothing ready and nothing leased.
     pub(crate) fn is_drained(&self) -> bool {
-        self.shutdown && self.ready_len == 0 && self.leased == 0
+        self.shutdown && self.ready_len == 0 && self.leased == 0 && self.waiting == 0
     }
 
     pub(crate) fn counts(&self) -> Counts {
@@ -978,25 +983,51 @@ impl<K, O: Ordering<K>> State<K, O> {
 
     /// Refuses further adds and drops every pending delay.
     pub(crate) fn shutdown(&mut self) -> Effects {
+        self.shutdown_keeping(None, &mut |_| {})
+    }
+
+    /// Refuses further adds and drops the pending delays due after
+    /// `keep_until` (all of them if `None`), telling `dropped` each key
+    /// whose delay it drops. The kept ones still fire: until they have,
+    /// the queue is neither closed nor drained.
+    pub(crate) fn shutdown_keeping(
+        &mut self,
+        keep_until: Option<Instant>,
+        dropped: &mut dyn FnMut(&K),
+    ) -> Effects {
         let mut fx = Effects::default();
         if self.shutdown {
             return fx;
         }
         self.shutdown = true;
+        let keep = keep_until.map(|t| self.nanos(t));
         let mut waiting = Vec::with_capacity(self.waiting);
         for (i, n) in self.nodes.iter().enumerate() {
             match n.place {
-                Place::Waiting { .. } | Place::LeasedWaiting { .. } => waiting.push(i as u32),
+                Place::Waiting { at, .. } | Place::LeasedWaiting { at, .. }
+                    if keep.is_none_or(|k| at > k) =>
+                {
+                    waiting.push(i as u32)
+                }
                 _ => {}
             }
         }
-        for slot in waiting {
-            match self.nodes[slot as usize].place {
+        for &slot in &waiting {
+            let node = &mut self.nodes[slot as usize];
+            if let Some(key) = &node.key {
+                dropped(key);
+            }
+            match node.place {
                 Place::Waiting { .. } => drop(self.free(slot)),
-                _ => self.nodes[slot as usize].place = Place::Leased,
+                _ => node.place = Place::Leased,
             }
         }
-        self.waiting = 0;
+        self.waiting -= waiting.len();
+        if self.waiting > 0 {
+            // Their entries fire as usual; those of the dropped ones are stale.
+            fx.wake_all = true;
+            return fx;
+        }
         // The timer task ends when it sees the shutdown, dropping its wheel.
         self.deferred = Vec::new();
         self.wheel_entries = 0;

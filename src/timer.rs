@@ -10,7 +10,8 @@
 //! whichever thread the task is on.
 //!
 //! The task holds the queue weakly and is aborted when the queue is dropped,
-//! so it never outlives it; it also ends at shutdown, dropping every timer.
+//! so it never outlives it; it also ends at shutdown, dropping every timer,
+//! or after the delays a drain kept have fired.
 //! An idle wheel costs nothing: the task sleeps until the earliest deadline,
 //! and the first new delay since its last round wakes it.
 
@@ -44,7 +45,7 @@ pub(crate) fn ensure_running<K: Key, O: Ordering<K>>(
     if st.timer_running() {
         return Ok(());
     }
-    let handle = tokio::runtime::Handle::try_current().map_err(|_| AddError::NoRuntime)?;
+    let handle = crate::clock::timed_handle()?;
     if st.timer_task.is_some() {
         st.restart_timers();
     }
@@ -127,7 +128,7 @@ async fn run<K: Key, O: Ordering<K>>(queue: Weak<Shared<K, O>>, epoch: Instant) 
             };
             let now = Instant::now();
             let mut st = shared.state.lock();
-            if st.is_shutdown() {
+            if st.timers_done() {
                 return Poll::Ready(());
             }
             let expired = wheel.expired.drain(..).map(|(_, e)| e);

@@ -5,11 +5,16 @@
 //! Register it once in a [`Registry`], then give a clone of it to each queue's
 //! [`Builder::metrics`](crate::Builder::metrics):
 //!
+//! The [`Registry`] and encoder must come from the same `prometheus-client`
+//! as the queue's metrics. The crate re-exports it as
+//! [`prometheus_client`]: use that path, or depend
+//! on `prometheus-client` yourself at the version this crate uses (0.25).
+//!
 //! ```
-//! use prometheus_client::encoding::text::encode;
-//! use prometheus_client::registry::Registry;
 //! use tokio_workqueue::WorkQueue;
 //! use tokio_workqueue::metrics::prometheus::PrometheusMetrics;
+//! use tokio_workqueue::metrics::prometheus::prometheus_client::encoding::text::encode;
+//! use tokio_workqueue::metrics::prometheus::prometheus_client::registry::Registry;
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() {
@@ -144,6 +149,11 @@
 //! performance section for the measurements).
 //!
 //! A scrape locks each queue once, briefly, and walks its leases in flight.
+
+/// The `prometheus-client` crate the metrics are built on, re-exported so
+/// that registering and encoding them needs no dependency of your own (and
+/// no matching of versions).
+pub use prometheus_client;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;

@@ -4,14 +4,13 @@ use crate::Key;
 use std::fmt;
 use std::future::{Future, IntoFuture};
 use std::hash::Hash;
-use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use futures_util::FutureExt;
 use tokio::task::{JoinError, JoinHandle};
 
-use super::{Partitioned, panic_message};
+use super::Partitioned;
+use crate::catch::{finish, start};
 use crate::ordering::{Ordering, Priorities};
 use crate::{AddError, WorkItem, WorkQueue};
 
@@ -81,7 +80,8 @@ impl<K: Key, O: Ordering<K>> Partitioned<K, O> {
     /// leased but no longer holds the partition back.)
     ///
     /// A panic in `reconcile` is caught: the lease ends, the key is added
-    /// again with [`add_rate_limited`](Self::add_rate_limited) (so a key that
+    /// again rate limited, at the priority it was handed out with (as
+    /// [`add_with`](Self::add_with) with `rate_limited()` does, so a key that
     /// always panics backs off instead of spinning), the panic is counted and
     /// reported to the [`on_panic`](super::PartitionedBuilder::on_panic) hook,
     /// and the task goes on with the partition's next key.
@@ -128,19 +128,14 @@ where
 {
     let queue: WorkQueue<K, O> = partitioned.queue(i).clone();
     while let Some(item) = queue.get().await {
-        let key = item.key().clone();
-        // The call is inside the future, so a panic before the first await
-        // is caught too. Unwinding drops the item, which ends the lease.
-        let work = async { reconcile(item).await };
-        if let Err(payload) = AssertUnwindSafe(work).catch_unwind().await {
+        if let Some(caught) = finish(&queue, start(item, |item| reconcile(item))).await {
             partitioned.count_reconcile_panic();
-            let requeued = queue.add_rate_limited(key.clone());
             partitioned.report(PartitionPanic {
                 source: PanicSource::Reconcile,
                 partition: i,
-                key,
-                message: panic_message(&*payload),
-                requeued: Some(requeued),
+                key: caught.key,
+                message: caught.message,
+                requeued: Some(caught.requeued),
             });
         }
     }
