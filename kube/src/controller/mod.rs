@@ -270,7 +270,13 @@ where
         K::DynamicType: Default,
     {
         let dyntype = K::DynamicType::default();
-        let main = triggers::main_events(events, dyntype.clone());
+        let key_type = dyntype.clone();
+        let main = triggers::main_events_by(
+            events,
+            move |object: &crate::manager::source::SharedObject<K>| {
+                ObjectRef::from_obj_with(&*object.0, key_type.clone())
+            },
+        );
         let mut controller = Self::with_main(main, reader, dyntype);
         controller.gates.push(manager.synced());
         controller.graceful.push(manager.stopping().boxed());
@@ -343,18 +349,21 @@ where
         Child::DynamicType: Debug + Eq + Hash + Clone + Send + Sync,
     {
         let owner_type = self.dyntype.clone();
-        let owners = move |child: &_| triggers::owners::<K, _>(child, &owner_type);
         let trigger = match &self.manager {
             Some(manager) => {
                 let events = manager
                     .metadata_source(api, wc, dyntype.clone())
                     .subscribe();
-                triggers::related_events(events, dyntype, owners)
+                triggers::related_events(events, dyntype, move |child: &_| {
+                    triggers::owners::<K, _>(child, &owner_type)
+                })
             }
             None => {
                 #[allow(deprecated)]
                 let events = kube_runtime::watcher::metadata_watcher(api, wc);
-                triggers::related_events(events, dyntype, owners)
+                triggers::related_events(events, dyntype, move |child: &_| {
+                    triggers::owners::<K, _>(child, &owner_type)
+                })
             }
         };
         self.triggers.push(trigger);
@@ -456,13 +465,18 @@ where
         I::IntoIter: Send,
         Other::DynamicType: Debug + Clone + Eq + Hash + Send + Sync,
     {
-        let mapper = move |other: &Other| mapper(other.clone());
         let trigger = match &self.manager {
             Some(manager) => {
                 let events = manager.object_source(api, wc, dyntype.clone()).subscribe();
+                let mapper = move |other: &crate::manager::source::SharedObject<Other>| {
+                    mapper(Other::clone(&other.0))
+                };
                 triggers::related_events(events, dyntype, mapper)
             }
-            None => triggers::related_events(watcher(api, wc), dyntype, mapper),
+            None => {
+                let mapper = move |other: &Other| mapper(other.clone());
+                triggers::related_events(watcher(api, wc), dyntype, mapper)
+            }
         };
         self.triggers.push(trigger);
         self

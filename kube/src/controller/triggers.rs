@@ -114,6 +114,21 @@ where
     K::DynamicType: Key,
     S: futures_core::Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
 {
+    main_events_by(events, move |object: &K| {
+        ObjectRef::from_obj_with(object, dyntype.clone())
+    })
+}
+
+/// [`main_events`] of objects of any type `T` (a manager's shared objects)
+/// whose key `key_of` tells.
+pub(crate) fn main_events_by<K, T, S, F>(events: S, key_of: F) -> TriggerStream<K>
+where
+    K: Resource + Send + 'static,
+    K::DynamicType: Key,
+    T: Resource + Send + 'static,
+    S: futures_core::Stream<Item = Result<Event<T>, watcher::Error>> + Send + 'static,
+    F: Fn(&T) -> ObjectRef<K> + Send + 'static,
+{
     let mut triage = Triage::<ObjectRef<K>>::new();
     triage.relist_deletions(false);
     // Triggers of the list in progress, held until its `InitDone`.
@@ -132,20 +147,16 @@ where
             (Some(listed), true) => listed,
             _ => &mut *out,
         };
-        triage.event(
-            event,
-            |object| ObjectRef::from_obj_with(object, dyntype.clone()),
-            |key, cause| {
-                if cause.object_exists() {
-                    sink.push(Ok(Trigger {
-                        key,
-                        source: Source::Watch(cause),
-                        reason: ReconcileReason::ObjectUpdated,
-                    }));
-                }
-                true
-            },
-        );
+        triage.event(event, &key_of, |key, cause| {
+            if cause.object_exists() {
+                sink.push(Ok(Trigger {
+                    key,
+                    source: Source::Watch(cause),
+                    reason: ReconcileReason::ObjectUpdated,
+                }));
+            }
+            true
+        });
         if ends {
             out.extend(listed.take().unwrap_or_default());
         }

@@ -15,6 +15,7 @@
 //! swapped in, the same way (no copy of a list in progress is kept).
 
 use std::any::{Any, TypeId};
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::Hash;
@@ -23,13 +24,61 @@ use std::sync::Arc;
 use futures_channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
 use futures_util::future::BoxFuture;
 use futures_util::{FutureExt, StreamExt};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube_client::Resource;
 use kube_runtime::reflector::store::Writer;
 use kube_runtime::reflector::{Lookup, Store};
 use kube_runtime::watcher::{self, Event};
 use parking_lot::Mutex;
 
-/// An event as a subscriber receives it.
-pub(crate) type SharedEvent<K> = Result<Event<K>, watcher::Error>;
+/// An event as a subscriber receives it: the object is shared, one copy
+/// whatever the number of subscribers.
+pub(crate) type SharedEvent<K> = Result<Event<SharedObject<K>>, watcher::Error>;
+
+/// An event as the watch sends it.
+type WatchEvent<K> = Result<Event<K>, watcher::Error>;
+
+/// An object every subscriber of a source shares, read through `Resource`
+/// as the object itself (triggers only read it).
+#[derive(Debug)]
+pub(crate) struct SharedObject<K>(pub(crate) Arc<K>);
+
+impl<K> Clone for SharedObject<K> {
+    fn clone(&self) -> Self {
+        SharedObject(self.0.clone())
+    }
+}
+
+impl<K: Resource + Clone> Resource for SharedObject<K> {
+    type DynamicType = K::DynamicType;
+    type Scope = K::Scope;
+
+    fn kind(dt: &Self::DynamicType) -> Cow<'_, str> {
+        K::kind(dt)
+    }
+    fn group(dt: &Self::DynamicType) -> Cow<'_, str> {
+        K::group(dt)
+    }
+    fn version(dt: &Self::DynamicType) -> Cow<'_, str> {
+        K::version(dt)
+    }
+    fn api_version(dt: &Self::DynamicType) -> Cow<'_, str> {
+        K::api_version(dt)
+    }
+    fn plural(dt: &Self::DynamicType) -> Cow<'_, str> {
+        K::plural(dt)
+    }
+    fn metadata_api() -> bool {
+        K::metadata_api()
+    }
+    fn meta(&self) -> &ObjectMeta {
+        self.0.meta()
+    }
+    /// Copies the object first if another subscriber shares it.
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        Arc::make_mut(&mut self.0).meta_mut()
+    }
+}
 
 /// What the API server would send for one watch: the same identity means
 /// one watch and one store.
@@ -96,7 +145,7 @@ where
     K::DynamicType: Eq + Hash + Clone,
 {
     writer: Writer<K>,
-    events: futures_util::stream::BoxStream<'static, SharedEvent<K>>,
+    events: futures_util::stream::BoxStream<'static, WatchEvent<K>>,
 }
 
 impl<K> Source<K>
@@ -106,7 +155,7 @@ where
 {
     /// A source that will run `events` (a watcher) when the manager runs.
     pub(crate) fn new(
-        events: impl futures_core::Stream<Item = SharedEvent<K>> + Send + 'static,
+        events: impl futures_core::Stream<Item = WatchEvent<K>> + Send + 'static,
         dyntype: K::DynamicType,
     ) -> Self {
         let writer = Writer::<K>::new(dyntype);
@@ -174,6 +223,7 @@ where
                             Event::InitApply(_) | Event::Apply(_) | Event::Delete(_) => {}
                         }
                     }
+                    let event = share(event);
                     inner
                         .subscribers
                         .retain(|tx| tx.unbounded_send(clone_event(&event)).is_ok());
@@ -203,12 +253,23 @@ where
 {
     let _ = tx.unbounded_send(Ok(Event::Init));
     for object in store.state() {
-        let _ = tx.unbounded_send(Ok(Event::InitApply(K::clone(&object))));
+        let _ = tx.unbounded_send(Ok(Event::InitApply(SharedObject(object))));
     }
     let _ = tx.unbounded_send(Ok(Event::InitDone));
 }
 
-fn clone_event<K: Clone>(event: &SharedEvent<K>) -> SharedEvent<K> {
+/// The watch's event with its object moved behind an `Arc`, once.
+fn share<K>(event: WatchEvent<K>) -> SharedEvent<K> {
+    event.map(|event| match event {
+        Event::Init => Event::Init,
+        Event::InitApply(object) => Event::InitApply(SharedObject(Arc::new(object))),
+        Event::InitDone => Event::InitDone,
+        Event::Apply(object) => Event::Apply(SharedObject(Arc::new(object))),
+        Event::Delete(object) => Event::Delete(SharedObject(Arc::new(object))),
+    })
+}
+
+fn clone_event<K>(event: &SharedEvent<K>) -> SharedEvent<K> {
     match event {
         Ok(event) => Ok(event.clone()),
         // watcher::Error is not Clone: subscribers see that an error
@@ -317,6 +378,7 @@ mod tests {
     use super::*;
     use futures_channel::mpsc;
     use k8s_openapi::api::core::v1::ConfigMap;
+    use kube_client::ResourceExt;
 
     fn cm(name: &str) -> ConfigMap {
         let mut cm = ConfigMap::default();
@@ -331,10 +393,10 @@ mod tests {
         while let Ok(event) = rx.try_recv() {
             seen.push(match event.unwrap() {
                 Event::Init => "init".to_owned(),
-                Event::InitApply(o) => format!("list {}", o.metadata.name.unwrap()),
+                Event::InitApply(o) => format!("list {}", o.name_any()),
                 Event::InitDone => "done".to_owned(),
-                Event::Apply(o) => format!("apply {}", o.metadata.name.unwrap()),
-                Event::Delete(o) => format!("delete {}", o.metadata.name.unwrap()),
+                Event::Apply(o) => format!("apply {}", o.name_any()),
+                Event::Delete(o) => format!("delete {}", o.name_any()),
             });
         }
         seen
@@ -343,7 +405,7 @@ mod tests {
     /// A source fed by hand, and its running task.
     fn source() -> (
         Arc<Source<ConfigMap>>,
-        mpsc::UnboundedSender<SharedEvent<ConfigMap>>,
+        mpsc::UnboundedSender<WatchEvent<ConfigMap>>,
         tokio::task::JoinHandle<()>,
     ) {
         let (tx, rx) = mpsc::unbounded();
@@ -352,7 +414,7 @@ mod tests {
         (source, tx, task)
     }
 
-    async fn send(tx: &mpsc::UnboundedSender<SharedEvent<ConfigMap>>, event: Event<ConfigMap>) {
+    async fn send(tx: &mpsc::UnboundedSender<WatchEvent<ConfigMap>>, event: Event<ConfigMap>) {
         tx.unbounded_send(Ok(event)).unwrap();
         // The source's task applies it before the test looks.
         for _ in 0..10 {
