@@ -251,11 +251,17 @@ async fn retries_from_rate_limited_adds_and_requeues() {
         "still delayed"
     );
     assert_eq!(s.depths(), [0.0], "nothing ready yet");
+    assert_eq!(
+        s.of_queue("workqueue_delayed_items", "q"),
+        3.0,
+        "all three wait"
+    );
 
     advance(SEC).await;
     settle().await;
     let s = Scrape::of(&registry);
     assert_eq!(s.of_queue("workqueue_adds_total", "q"), 3.0);
+    assert_eq!(s.of_queue("workqueue_delayed_items", "q"), 0.0);
     assert_eq!(s.depth("q", 5), 1.0);
     assert_eq!(s.depth("q", 0), 2.0);
 

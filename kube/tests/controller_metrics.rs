@@ -151,6 +151,14 @@ async fn controller_runtime_and_workqueue_families_after_a_run() {
         ),
         1.0
     );
+    assert_eq!(
+        get(
+            &s,
+            &format!("controller_runtime_reconcile_timeouts_total{{{c}}}")
+        ),
+        1.0,
+        "t1's first run timed out"
+    );
     // Every reconcile worked 20 ms (paused time), except t1's first, cut at
     // its 50 ms timeout.
     let time = |suffix: &str| {

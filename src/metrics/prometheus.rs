@@ -52,6 +52,7 @@
 //! | `workqueue_unfinished_work_seconds` | gauge | the sum of how long each lease in flight has run |
 //! | `workqueue_longest_running_processor_seconds` | gauge | how long the oldest lease in flight has run |
 //! | `workqueue_retries_total` | counter | accepted rate-limited adds and requeues |
+//! | `workqueue_delayed_items` | gauge | keys waiting on a delay or a backoff (the name proposed for client-go in kubernetes#135543) |
 //!
 //! The two histograms share [`DEFAULT_BUCKETS`] unless built with
 //! [`PrometheusMetrics::with_buckets`].
@@ -64,7 +65,11 @@
 //!   negative. It is split by `priority` as controller-runtime's priority
 //!   queue does: `sum by (name) (workqueue_depth)` is client-go's depth. A
 //!   queue's `priority="0"` series is always there, and a level once seen
-//!   stays, reading 0 when empty, so series do not flicker.
+//!   stays, reading 0 when empty, so series do not flicker. As in
+//!   controller-runtime, at most [`MAX_PRIORITY_LABELS`] (25) priority values
+//!   are labelled per name: once a name's queues have used more, its whole
+//!   depth is reported as one series, `priority="exceeded_cardinality_limit"`,
+//!   for as long as any queue of that name lives.
 //! - **Adds** count a key each time it joins the keys waiting to be
 //!   processed: it becomes ready, or is re-added while leased. An add that
 //!   merges into a key already pending is not counted (de-duplication), and a
@@ -196,6 +201,7 @@ const HELP_UNFINISHED: &str = "How many seconds of work has been done that is in
 const HELP_LONGEST: &str =
     "How many seconds has the longest running processor for workqueue been running.";
 const HELP_RETRIES: &str = "Total number of retries handled by workqueue";
+const HELP_DELAYED: &str = "Current number of items waiting on a delay or a retry backoff";
 
 /// Prometheus metrics for work queues: a [`MetricsHook`] that records into
 /// `prometheus-client` families, registered with [`register`](Self::register).
@@ -402,12 +408,25 @@ struct Row {
     gauges: Option<Gauges>,
 }
 
+/// How many distinct `priority` values `workqueue_depth` labels per queue
+/// name before it reports the whole depth under
+/// `priority="exceeded_cardinality_limit"` (controller-runtime's limit).
+pub const MAX_PRIORITY_LABELS: usize = 25;
+
+/// The label of the one depth series of a name past the limit.
+const EXCEEDED_CARDINALITY: &str = "exceeded_cardinality_limit";
+
 #[derive(Default)]
 struct Gauges {
     /// Ready keys by priority, highest first, with 0 for seen empty levels.
     depth: Vec<(i32, u64)>,
+    /// Set when more than [`MAX_PRIORITY_LABELS`] priorities were seen: the
+    /// whole depth, reported under one label instead of `depth`.
+    exceeded: Option<u64>,
     unfinished: Duration,
     longest: Duration,
+    /// Keys waiting on a delay or backoff.
+    delayed: u64,
 }
 
 impl Queues {
@@ -451,7 +470,12 @@ fn aggregate(live: &[Snapshot], seen: &mut BTreeSet<i32>) -> Gauges {
             *depth.entry(p).or_default() += n as u64;
         }
         g.unfinished += s.unfinished_work;
+        g.delayed += s.waiting as u64;
         g.longest = g.longest.max(s.longest_running);
+    }
+    if seen.len() > MAX_PRIORITY_LABELS {
+        g.exceeded = Some(depth.values().sum());
+        return g;
     }
     g.depth = seen
         .iter()
@@ -486,6 +510,10 @@ impl Collector for WorkqueueCollector {
                 MetricType::Gauge,
             )?;
             for &(name, g) in &live {
+                if let Some(n) = g.exceeded {
+                    let labels = [("name", name), ("priority", EXCEEDED_CARDINALITY)];
+                    m.encode_family(&labels)?.encode_gauge(&n)?;
+                }
                 for &(p, n) in &g.depth {
                     let priority = p.to_string();
                     let labels = [("name", name), ("priority", &*priority)];
@@ -540,7 +568,20 @@ impl Collector for WorkqueueCollector {
             None,
             &rows,
             |s| &s.retries,
-        )
+        )?;
+        if !live.is_empty() {
+            let mut m = encoder.encode_descriptor(
+                "workqueue_delayed_items",
+                HELP_DELAYED,
+                None,
+                MetricType::Gauge,
+            )?;
+            for &(name, g) in &live {
+                m.encode_family(&[("name", name)])?
+                    .encode_gauge(&g.delayed)?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -717,7 +758,39 @@ mod tests {
         );
         assert!(text.contains("workqueue_adds_total{name=\"fresh\"} 0\n"));
         assert!(text.contains("workqueue_retries_total{name=\"fresh\"} 0\n"));
+        assert!(text.contains("workqueue_delayed_items{name=\"fresh\"} 0\n"));
         assert!(text.contains("workqueue_unfinished_work_seconds{name=\"fresh\"} 0.0\n"));
+    }
+
+    #[test]
+    fn past_25_priorities_the_depth_is_one_series_as_in_controller_runtime() {
+        let m = PrometheusMetrics::new();
+        let mut registry = Registry::default();
+        m.register(&mut registry);
+        let q = queue("many", &m);
+        // 0 and 24 more: exactly the limit, every level labelled.
+        for p in 1..25 {
+            q.add_with(p as u32, crate::AddOpts::new().priority(p))
+                .unwrap();
+        }
+        let text = scrape(&registry);
+        assert!(
+            text.contains("workqueue_depth{name=\"many\",priority=\"24\"} 1\n"),
+            "{text}"
+        );
+        assert!(!text.contains(EXCEEDED_CARDINALITY), "{text}");
+        // One more level: the whole depth under one label, from now on.
+        q.add_with(100, crate::AddOpts::new().priority(-5)).unwrap();
+        let text = scrape(&registry);
+        let depth: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("workqueue_depth{"))
+            .collect();
+        assert_eq!(
+            depth,
+            ["workqueue_depth{name=\"many\",priority=\"exceeded_cardinality_limit\"} 25"],
+            "{text}"
+        );
     }
 
     #[test]
@@ -738,6 +811,7 @@ mod tests {
                 "# TYPE workqueue_unfinished_work_seconds gauge",
                 "# TYPE workqueue_longest_running_processor_seconds gauge",
                 "# TYPE workqueue_retries counter",
+                "# TYPE workqueue_delayed_items gauge",
             ]
         );
         assert!(text.contains("# UNIT workqueue_queue_duration_seconds seconds\n"));

@@ -27,6 +27,7 @@ struct Families {
     total: Family<Labels, Counter>,
     errors: Family<Labels, Counter>,
     panics: Family<Labels, Counter>,
+    timeouts: Family<Labels, Counter>,
     time: Family<Labels, Histogram, fn() -> Histogram>,
     max_concurrent: Family<Labels, Gauge>,
     active: Family<Labels, Gauge>,
@@ -40,6 +41,7 @@ struct Families {
 /// | `controller_runtime_reconcile_total{controller, result}` | counter | reconciles by result: `success`, `error`, `requeue_after` |
 /// | `controller_runtime_reconcile_errors_total` | counter | reconciles that failed (errors, panics, timeouts) |
 /// | `controller_runtime_reconcile_panics_total` | counter | reconciles that panicked |
+/// | `controller_runtime_reconcile_timeouts_total` | counter | reconciles cancelled by [`reconcile_timeout`](crate::Controller::reconcile_timeout) |
 /// | `controller_runtime_reconcile_time_seconds` | histogram | how long each reconcile ran ([`RECONCILE_TIME_BUCKETS`]) |
 /// | `controller_runtime_max_concurrent_reconciles` | gauge | how many reconciles may run at once |
 /// | `controller_runtime_active_workers` | gauge | how many reconciles are running |
@@ -83,6 +85,7 @@ impl ControllerMetrics {
                 total: Family::default(),
                 errors: Family::default(),
                 panics: Family::default(),
+                timeouts: Family::default(),
                 time: Family::new_with_constructor(reconcile_time_histogram),
                 max_concurrent: Family::default(),
                 active: Family::default(),
@@ -107,6 +110,11 @@ impl ControllerMetrics {
             "controller_runtime_reconcile_panics",
             "Total number of reconciliation panics per controller",
             f.panics.clone(),
+        );
+        registry.register(
+            "controller_runtime_reconcile_timeouts",
+            "Total number of reconciliation timeouts per controller",
+            f.timeouts.clone(),
         );
         registry.register_with_unit(
             "controller_runtime_reconcile_time",
@@ -142,6 +150,7 @@ impl ControllerMetrics {
             total: [total("success"), total("error"), total("requeue_after")],
             errors: f.errors.get_or_create(&labels).clone(),
             panics: f.panics.get_or_create(&labels).clone(),
+            timeouts: f.timeouts.get_or_create(&labels).clone(),
             time: f.time.get_or_create(&labels).clone(),
             max_concurrent: f.max_concurrent.get_or_create(&labels).clone(),
             active: f.active.get_or_create(&labels).clone(),
@@ -156,6 +165,8 @@ pub(crate) enum Result {
     Error,
     RequeueAfter,
     Panic,
+    /// Cancelled by the reconcile timeout: an error, counted apart too.
+    Timeout,
 }
 
 /// One controller's series.
@@ -164,6 +175,7 @@ pub(crate) struct Recorder {
     total: [Counter; 3],
     errors: Counter,
     panics: Counter,
+    timeouts: Counter,
     time: Histogram,
     max_concurrent: Gauge,
     active: Gauge,
@@ -182,16 +194,18 @@ impl Recorder {
     pub(crate) fn finished(&self, result: Result, took: Duration) {
         let index = match result {
             Result::Success => 0,
-            Result::Error | Result::Panic => 1,
+            Result::Error | Result::Panic | Result::Timeout => 1,
             Result::RequeueAfter => 2,
         };
         self.total[index].inc();
-        if matches!(result, Result::Error | Result::Panic) {
+        if index == 1 {
             self.errors.inc();
         }
-        if result == Result::Panic {
-            self.panics.inc();
-        }
+        match result {
+            Result::Panic => self.panics.inc(),
+            Result::Timeout => self.timeouts.inc(),
+            _ => 0,
+        };
         self.time.observe(took.as_secs_f64());
     }
 }

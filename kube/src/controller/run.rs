@@ -713,9 +713,8 @@ fn outcome_label<E>(
             Ok(Some(_)) => R::RequeueAfter,
             Err(_) => R::Error,
         },
-        Outcome::Done(Err(_)) | Outcome::TimedOut(_) | Outcome::Cancelled | Outcome::Fenced => {
-            R::Error
-        }
+        Outcome::Done(Err(_)) | Outcome::Cancelled | Outcome::Fenced => R::Error,
+        Outcome::TimedOut(_) => R::Timeout,
         Outcome::Panicked(_) => R::Panic,
     }
 }
