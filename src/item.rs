@@ -86,6 +86,29 @@ impl<K: Key, O: Ordering<K>> WorkItem<K, O> {
         self.priority
     }
 
+    /// Makes this lease's requeues go in at `priority` instead of the
+    /// priority the key was handed out with (a controller whose reconciler
+    /// chooses how urgent its retry is). Dropping the item, or
+    /// [`done`](Self::done), adds nothing, whatever the priority.
+    ///
+    /// ```
+    /// use tokio_workqueue::WorkQueue;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let queue: WorkQueue<&str> = WorkQueue::new();
+    /// queue.add("a").unwrap();
+    /// let item = queue.get().await.unwrap();
+    /// item.with_priority(-10).requeue().unwrap();
+    /// assert_eq!(queue.get().await.unwrap().priority(), -10);
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_priority(mut self, priority: i32) -> Self {
+        self.priority = priority;
+        self
+    }
+
     /// Ends the lease. The same as dropping the item.
     ///
     /// The rate limiter still remembers the key's failures, so its next

@@ -176,7 +176,9 @@ mod triage;
 pub use adapter::{
     Enqueue, EnqueueError, Enqueued, ObjectRefFn, WatchAdapter, WatchPriorities, WatchQueueExt,
 };
-pub use controller::{Controller, ControllerError, DEFAULT_CONCURRENCY, RunResult, Runner};
+pub use controller::{
+    Controller, ControllerError, DEFAULT_CONCURRENCY, RunResult, Runner, set_requeue_priority,
+};
 /// kube-runtime's reconcile answer, used unchanged: `Action::requeue(d)` or
 /// `Action::await_change()`.
 pub use kube_runtime::controller::Action;

@@ -405,3 +405,48 @@ async fn a_relisted_change_is_reconciled_with_the_listed_object() {
     assert_eq!(runs[3].name, "obj-001", "the change first");
     assert_eq!(runs[3].rv.as_deref(), Some("2"), "with the listed object");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_reconciler_chooses_the_priority_of_its_retry() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use std::sync::Mutex;
+    use tokio_workqueue_kube::set_requeue_priority;
+
+    // One worker, a 20-object initial list (low priority); obj-000 fails
+    // once. Its retry, 5 ms of backoff later, is chosen urgent (10): it
+    // overtakes the rest of the list instead of queueing behind it.
+    for (chosen, expect_last) in [(Some(10), false), (None, true)] {
+        let (feed, events) = feeder();
+        let order = Arc::new(Mutex::new(Vec::<String>::new()));
+        let stream = Controller::for_events(events, Writer::default())
+            .concurrency(1)
+            .run(
+                move |cm: Arc<ConfigMap>, order: Arc<Mutex<Vec<String>>>| async move {
+                    let name = cm.metadata.name.clone().unwrap();
+                    tokio::time::sleep(ms(1)).await;
+                    let first = {
+                        let mut order = order.lock().unwrap();
+                        order.push(name.clone());
+                        order.iter().filter(|n| **n == name).count() == 1
+                    };
+                    if name == "obj-000" && first {
+                        if let Some(p) = chosen {
+                            assert!(set_requeue_priority(p));
+                        }
+                        return fail("once");
+                    }
+                    Ok(Action::await_change())
+                },
+                policy(Action::requeue(ms(1))),
+                order.clone(),
+            );
+        let record = Record::new();
+        let _run = Collected::spawn(&record, stream);
+        feed.list(cms("obj", 20));
+        advance(Duration::from_secs(1)).await;
+        let order = order.lock().unwrap().clone();
+        assert_eq!(order.len(), 21, "{order:?}");
+        let retry = order.iter().rposition(|n| n == "obj-000").unwrap();
+        assert_eq!(retry == 20, expect_last, "chosen {chosen:?}: {order:?}");
+    }
+}

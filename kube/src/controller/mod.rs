@@ -6,6 +6,7 @@ pub(crate) mod leadership;
 #[cfg(feature = "prometheus")]
 pub(crate) mod metrics;
 mod replication;
+mod requeue_priority;
 mod run;
 mod settings;
 mod sharding;
@@ -29,6 +30,7 @@ use kube_runtime::watcher::{self, DefaultBackoff, Event, watcher};
 use serde::de::DeserializeOwned;
 
 pub use error::{ControllerError, RunResult};
+pub use requeue_priority::set_requeue_priority;
 pub use run::Runner;
 
 use self::replication::Replication;

@@ -111,6 +111,9 @@ struct Finished<K: Resource, O: Ordering<ObjectRef<K>>, E> {
     source: usize,
     outcome: Outcome<E>,
     took: Duration,
+    /// The priority the reconcile chose for its requeue
+    /// ([`set_requeue_priority`](crate::set_requeue_priority)).
+    chosen: Option<i32>,
 }
 
 /// Aborts the reconcile task when the runner drops it.
@@ -469,16 +472,24 @@ where
         let finished: BoxFuture<'static, Finished<K, O, Fut::Error>> = match made {
             Ok(future) => {
                 let mut task = AbortOnDrop(tokio::spawn(
-                    run_one(TryFutureExt::into_future(future), timeout, stop).instrument(span),
+                    super::requeue_priority::scoped(run_one(
+                        TryFutureExt::into_future(future),
+                        timeout,
+                        stop,
+                    ))
+                    .instrument(span),
                 ));
                 async move {
-                    let (outcome, took) = match (&mut task.0).await {
+                    let ((outcome, took), chosen) = match (&mut task.0).await {
                         Ok(ended) => ended,
                         Err(e) if e.is_panic() => (
-                            Outcome::Panicked(panic_message(&*e.into_panic())),
-                            Duration::ZERO,
+                            (
+                                Outcome::Panicked(panic_message(&*e.into_panic())),
+                                Duration::ZERO,
+                            ),
+                            None,
                         ),
-                        Err(_) => (Outcome::Cancelled, Duration::ZERO),
+                        Err(_) => ((Outcome::Cancelled, Duration::ZERO), None),
                     };
                     Finished {
                         item,
@@ -486,6 +497,7 @@ where
                         source,
                         outcome,
                         took,
+                        chosen,
                     }
                 }
                 .boxed()
@@ -497,6 +509,7 @@ where
                 source,
                 outcome: Outcome::Panicked(panic_message(&*panic)),
                 took: Duration::ZERO,
+                chosen: None,
             })
             .boxed(),
         };
@@ -512,7 +525,12 @@ where
             source,
             outcome,
             took,
+            chosen,
         } = finished;
+        let item = match chosen {
+            Some(priority) => item.with_priority(priority),
+            None => item,
+        };
         self.pulls[source].in_flight -= 1;
         let key = item.key().clone();
         self.replication.ended(&key);
