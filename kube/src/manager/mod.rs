@@ -37,8 +37,11 @@
 //!
 //! Other paths get 404 and methods other than `GET`/`HEAD` 405. The
 //! listener is plain HTTP; bind it to the pod's address and keep it inside
-//! the cluster (a NetworkPolicy). Bearer-token authentication and TLS for
-//! `/metrics` are not built yet.
+//! the cluster (a NetworkPolicy), or have `/metrics` ask the API server who
+//! may read it ([`Manager::secure_metrics`]: a bearer token checked with a
+//! TokenReview and a SubjectAccessReview, 401/403 otherwise). TLS on the
+//! endpoint is not built yet: terminate it in front (a sidecar or the
+//! service mesh) where needed.
 //!
 //! With [`Manager::leader_election`], one Lease decides for every
 //! controller: only the leading replica reconciles, the others keep every
@@ -81,6 +84,7 @@
 //! # }
 //! ```
 
+pub mod auth;
 mod health;
 mod serve;
 pub(crate) mod source;
@@ -286,6 +290,7 @@ pub struct Manager {
     shutdown: Option<BoxFuture<'static, ()>>,
     health: Arc<Health>,
     election: Option<LeaderElection>,
+    secure_metrics: bool,
     #[cfg(feature = "prometheus")]
     registry: Option<Arc<prometheus_client::registry::Registry>>,
 }
@@ -308,9 +313,27 @@ impl Manager {
             shutdown: None,
             health: Health::new(),
             election: None,
+            secure_metrics: false,
             #[cfg(feature = "prometheus")]
             registry: None,
         }
+    }
+
+    /// Makes `/metrics` answer only callers whose bearer token the API
+    /// server authenticates (a `TokenReview`) and authorizes for `get` on
+    /// the non-resource URL `/metrics` (a `SubjectAccessReview`), as
+    /// controller-runtime's `WithAuthenticationAndAuthorization` filter
+    /// does: 401 without a valid token, 403 without the right, 503 if the
+    /// API server cannot be asked. Answers are cached per token for
+    /// [`auth::CACHE_FOR`]. The probes stay open.
+    ///
+    /// The manager's own identity then needs `create` on
+    /// `tokenreviews.authentication.k8s.io` and
+    /// `subjectaccessreviews.authorization.k8s.io`; the scraper, a
+    /// ClusterRole with `nonResourceURLs: ["/metrics"], verbs: ["get"]`.
+    pub fn secure_metrics(&mut self) -> &mut Self {
+        self.secure_metrics = true;
+        self
     }
 
     /// One leader election for every controller of this manager: only the
@@ -488,6 +511,7 @@ impl Manager {
             shutdown,
             health,
             election,
+            secure_metrics,
             #[cfg(feature = "prometheus")]
             registry,
         } = self;
@@ -559,6 +583,7 @@ impl Manager {
                     .map_err(|source| ManagerError::Bind { addr, source })?;
                 let endpoint = serve::Endpoint {
                     health: health.clone(),
+                    auth: secure_metrics.then(|| Arc::new(auth::Authorizer::new(shared.client()))),
                     #[cfg(feature = "prometheus")]
                     registry,
                 };

@@ -10,10 +10,10 @@
 //! | `/metrics` | always, with the registry given (OpenMetrics text) | 404 without a registry |
 //!
 //! Other paths get 404, other methods than `GET` and `HEAD` 405. The
-//! listener is plain HTTP and answers anyone who can reach it: bind it to
-//! the pod's address and keep it inside the cluster (a NetworkPolicy), as
-//! controller-runtime's default metrics endpoint does; authentication and
-//! TLS for `/metrics` are not built yet.
+//! listener is plain HTTP. With [`Manager::secure_metrics`](super::Manager::secure_metrics)
+//! `/metrics` asks for a bearer token that the API server authenticates and
+//! authorizes (see the `auth` module); the probes stay open, as the kubelet
+//! calls them without credentials.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -28,12 +28,15 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use super::auth::{Authorizer, Verdict};
 use super::health::Health;
 
 /// What the endpoint serves.
 #[derive(Clone)]
 pub(crate) struct Endpoint {
     pub(crate) health: Arc<Health>,
+    /// Set when `/metrics` needs an authorized bearer token.
+    pub(crate) auth: Option<Arc<Authorizer>>,
     #[cfg(feature = "prometheus")]
     pub(crate) registry: Option<Arc<prometheus_client::registry::Registry>>,
 }
@@ -60,7 +63,7 @@ pub(crate) async fn serve(listener: TcpListener, endpoint: Endpoint, stop: Cance
         connections.spawn(async move {
             let service = service_fn(move |req| {
                 let endpoint = endpoint.clone();
-                async move { Ok::<_, Infallible>(answer(&endpoint, &req)) }
+                async move { Ok::<_, Infallible>(answer(&endpoint, &req).await) }
             });
             let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
             let mut conn = std::pin::pin!(conn);
@@ -76,7 +79,7 @@ pub(crate) async fn serve(listener: TcpListener, endpoint: Endpoint, stop: Cance
     while connections.join_next().await.is_some() {}
 }
 
-fn answer(endpoint: &Endpoint, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+async fn answer(endpoint: &Endpoint, req: &Request<Incoming>) -> Response<Full<Bytes>> {
     if req.method() != Method::GET && req.method() != Method::HEAD {
         let mut response = text(StatusCode::METHOD_NOT_ALLOWED, "only GET and HEAD\n");
         response
@@ -99,7 +102,32 @@ fn answer(endpoint: &Endpoint, req: &Request<Incoming>) -> Response<Full<Bytes>>
                 &format!("not ready: {}\n", missing.join("; ")),
             ),
         },
-        "/metrics" => metrics(endpoint),
+        "/metrics" => {
+            if let Some(auth) = &endpoint.auth {
+                let header = req
+                    .headers()
+                    .get(hyper::header::AUTHORIZATION)
+                    .and_then(|h| h.to_str().ok());
+                match auth.check(header).await {
+                    Verdict::Allowed => {}
+                    Verdict::Unauthenticated(why) => {
+                        let mut response = text(StatusCode::UNAUTHORIZED, &format!("{why}\n"));
+                        response.headers_mut().insert(
+                            hyper::header::WWW_AUTHENTICATE,
+                            HeaderValue::from_static("Bearer"),
+                        );
+                        return response;
+                    }
+                    Verdict::Forbidden(why) => {
+                        return text(StatusCode::FORBIDDEN, &format!("{why}\n"));
+                    }
+                    Verdict::Unavailable(why) => {
+                        return text(StatusCode::SERVICE_UNAVAILABLE, &format!("{why}\n"));
+                    }
+                }
+            }
+            metrics(endpoint)
+        }
         _ => text(StatusCode::NOT_FOUND, "not found\n"),
     }
 }
