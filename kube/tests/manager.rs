@@ -5,21 +5,19 @@
 //! endpoint, a drain on shutdown, a dead controller on `/healthz`, and the
 //! errors of bad input.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube_client::api::PostParams;
 use kube_client::{Api, Client, ResourceExt};
 use kube_local_apiserver::{Fault, LocalApiServer, Verb};
 use kube_runtime::reflector::ObjectRef;
 use kube_runtime::watcher;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tokio_workqueue_kube::{Action, Manager, ManagerError};
+
+mod manager_common;
+use manager_common::{Running, configmaps_owning_secrets, get, http};
 
 const LIMIT: Duration = Duration::from_secs(20);
 
@@ -72,28 +70,7 @@ impl Ctx {
 }
 
 async fn seed(client: &Client) {
-    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");
-    for i in 0..3 {
-        let mut cm = ConfigMap::default();
-        cm.metadata.name = Some(format!("cm-{i}"));
-        cm.data = Some(BTreeMap::from([("v".into(), "1".into())]));
-        let cm = cms.create(&PostParams::default(), &cm).await.unwrap();
-        let mut secret = Secret::default();
-        secret.metadata.name = Some(format!("secret-{i}"));
-        secret.metadata.owner_references = Some(vec![OwnerReference {
-            api_version: "v1".into(),
-            kind: "ConfigMap".into(),
-            name: cm.name_any(),
-            uid: cm.uid().unwrap(),
-            controller: Some(true),
-            ..OwnerReference::default()
-        }]);
-        secrets
-            .create(&PostParams::default(), &secret)
-            .await
-            .unwrap();
-    }
+    configmaps_owning_secrets(client, "default", 3).await;
 }
 
 /// Three controllers whose sources overlap: ConfigMaps owning Secrets,
@@ -152,32 +129,8 @@ fn three_controllers(manager: &mut Manager, ctx: &Arc<Ctx>) {
         .unwrap();
 }
 
-/// `GET path` on the endpoint: the status code and the body.
-async fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
-    request(addr, "GET", path).await
-}
-
 async fn request(addr: std::net::SocketAddr, method: &str, path: &str) -> (u16, String) {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    stream
-        .write_all(
-            format!("{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
-                .as_bytes(),
-        )
-        .await
-        .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
-    let status = response
-        .split(' ')
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .unwrap_or(0);
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_owned())
-        .unwrap_or_default();
-    (status, body)
+    http(addr, method, path, None).await
 }
 
 async fn until(mut done: impl FnMut() -> bool) {
@@ -198,11 +151,7 @@ async fn three_controllers_share_one_watch_per_source_and_reconcile_from_the_cac
     let ctx = Arc::new(Ctx::default());
     let mut manager = Manager::new(client);
     three_controllers(&mut manager, &ctx);
-    let (stop, stopped) = oneshot::channel::<()>();
-    manager.shutdown_on(async move {
-        let _ = stopped.await;
-    });
-    let run = tokio::spawn(manager.run());
+    let run = Running::start(manager);
 
     until(|| {
         ctx.names("configmaps").len() == 3
@@ -221,12 +170,7 @@ async fn three_controllers_share_one_watch_per_source_and_reconcile_from_the_cac
     // Every reconcile read its object from the shared store.
     assert_eq!(requests.verb(Verb::Get), 0, "{requests:?}");
 
-    stop.send(()).unwrap();
-    tokio::time::timeout(LIMIT, run)
-        .await
-        .expect("the manager stopped")
-        .unwrap()
-        .unwrap();
+    run.stop(LIMIT).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -248,12 +192,8 @@ async fn no_controller_reconciles_before_every_cache_synced() {
     three_controllers(&mut manager, &ctx);
     manager.serve("127.0.0.1:0").unwrap();
     let addr = manager.local_addr().unwrap();
-    let (stop, stopped) = oneshot::channel::<()>();
-    manager.shutdown_on(async move {
-        let _ = stopped.await;
-    });
     let started = Instant::now();
-    let run = tokio::spawn(manager.run());
+    let run = Running::start(manager);
 
     // While the Secrets list, the manager is not ready.
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -271,12 +211,7 @@ async fn no_controller_reconciles_before_every_cache_synced() {
     );
     assert_eq!(get(addr, "/readyz").await.0, 200);
 
-    stop.send(()).unwrap();
-    tokio::time::timeout(LIMIT, run)
-        .await
-        .expect("the manager stopped")
-        .unwrap()
-        .unwrap();
+    run.stop(LIMIT).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -302,18 +237,9 @@ async fn shutdown_drains_every_controller_and_stops_the_endpoint_last() {
     manager.add("slow", slow).unwrap();
     manager.serve("127.0.0.1:0").unwrap();
     let addr = manager.local_addr().unwrap();
-    let (stop, stopped) = oneshot::channel::<()>();
-    manager.shutdown_on(async move {
-        let _ = stopped.await;
-    });
-    let run = tokio::spawn(manager.run());
+    let run = Running::start(manager);
     until(|| !ctx.names("slow").is_empty()).await;
-    stop.send(()).unwrap();
-    tokio::time::timeout(LIMIT, run)
-        .await
-        .expect("the manager stopped")
-        .unwrap()
-        .unwrap();
+    run.stop(LIMIT).await;
     // Drained: every queued key was reconciled before `run` returned.
     assert_eq!(ctx.names("slow"), ["cm-0", "cm-1", "cm-2"]);
     // And the endpoint is closed.
@@ -336,11 +262,7 @@ async fn a_controller_that_ends_turns_healthz_red_and_the_others_go_on() {
         .unwrap();
     manager.serve("127.0.0.1:0").unwrap();
     let addr = manager.local_addr().unwrap();
-    let (stop, stopped) = oneshot::channel::<()>();
-    manager.shutdown_on(async move {
-        let _ = stopped.await;
-    });
-    let run = tokio::spawn(manager.run());
+    let run = Running::start(manager);
 
     until(|| ctx.names("secrets").len() == 3).await;
     let (status, body) = get(addr, "/healthz").await;
@@ -350,12 +272,7 @@ async fn a_controller_that_ends_turns_healthz_red_and_the_others_go_on() {
     assert_eq!(get(addr, "/nope").await.0, 404);
     assert_eq!(request(addr, "POST", "/healthz").await.0, 405);
 
-    stop.send(()).unwrap();
-    tokio::time::timeout(LIMIT, run)
-        .await
-        .expect("the manager stopped")
-        .unwrap()
-        .unwrap();
+    run.stop(LIMIT).await;
 }
 
 #[cfg(feature = "prometheus")]
@@ -396,11 +313,7 @@ async fn metrics_serve_every_controllers_families() {
     manager.metrics(registry);
     manager.serve("127.0.0.1:0").unwrap();
     let addr = manager.local_addr().unwrap();
-    let (stop, stopped) = oneshot::channel::<()>();
-    manager.shutdown_on(async move {
-        let _ = stopped.await;
-    });
-    let run = tokio::spawn(manager.run());
+    let run = Running::start(manager);
     until(|| ctx.starts.lock().unwrap().len() >= 6).await;
     let (status, body) = get(addr, "/metrics").await;
     assert_eq!(status, 200);
@@ -413,12 +326,7 @@ async fn metrics_serve_every_controllers_families() {
             );
         }
     }
-    stop.send(()).unwrap();
-    tokio::time::timeout(LIMIT, run)
-        .await
-        .expect("the manager stopped")
-        .unwrap()
-        .unwrap();
+    run.stop(LIMIT).await;
 }
 
 #[tokio::test]

@@ -6,23 +6,23 @@
 //! (One watch per source is counted on the local server, in `manager.rs`,
 //! whose request counts see every request.)
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube_client::api::{Patch, PatchParams, PostParams};
+use kube_client::api::{Patch, PatchParams};
 use kube_client::{Api, Client, ResourceExt};
 use kube_runtime::reflector::ObjectRef;
 use kube_runtime::watcher;
 use kube_test_cluster::for_each_backend;
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 use tokio_workqueue_kube::leader::{LeaderElection, LeaseConfig};
 use tokio_workqueue_kube::{Action, Manager};
+
+mod manager_common;
+use manager_common::{Running, configmaps_owning_secrets, get};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -53,21 +53,6 @@ fn policy<K>(_: Arc<K>, _: &TestError, _: Arc<Seen>) -> Action {
     Action::await_change()
 }
 
-async fn get(addr: std::net::SocketAddr, path: &str) -> u16 {
-    let Ok(mut stream) = tokio::net::TcpStream::connect(addr).await else {
-        return 0;
-    };
-    let request = format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
-    response
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0)
-}
-
 async fn until(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + LIMIT;
     while !done() {
@@ -77,28 +62,9 @@ async fn until(what: &str, mut done: impl FnMut() -> bool) {
 }
 
 async fn manager_case(client: Client, ns: &str) {
+    configmaps_owning_secrets(&client, ns, 3).await;
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
     let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
-    for i in 0..3 {
-        let mut cm = ConfigMap::default();
-        cm.metadata.name = Some(format!("cm-{i}"));
-        cm.data = Some(BTreeMap::from([("v".into(), "1".into())]));
-        let cm = cms.create(&PostParams::default(), &cm).await.unwrap();
-        let mut secret = Secret::default();
-        secret.metadata.name = Some(format!("secret-{i}"));
-        secret.metadata.owner_references = Some(vec![OwnerReference {
-            api_version: "v1".into(),
-            kind: "ConfigMap".into(),
-            name: cm.name_any(),
-            uid: cm.uid().unwrap(),
-            controller: Some(true),
-            ..OwnerReference::default()
-        }]);
-        secrets
-            .create(&PostParams::default(), &secret)
-            .await
-            .unwrap();
-    }
 
     let seen = Arc::new(Seen::default());
     let mut manager = Manager::new(client.clone());
@@ -156,11 +122,7 @@ async fn manager_case(client: Client, ns: &str) {
         .serve("127.0.0.1:0")
         .unwrap();
     let addr = manager.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    manager.shutdown_on(async move {
-        let _ = stopped.await;
-    });
-    let run = tokio::spawn(manager.run());
+    let run = Running::start(manager);
 
     until("every controller reconciled every object", || {
         (0..3).all(|i| {
@@ -170,8 +132,8 @@ async fn manager_case(client: Client, ns: &str) {
         })
     })
     .await;
-    assert_eq!(get(addr, "/readyz").await, 200);
-    assert_eq!(get(addr, "/healthz").await, 200);
+    assert_eq!(get(addr, "/readyz").await.0, 200);
+    assert_eq!(get(addr, "/healthz").await.0, 200);
 
     cms.patch(
         "cm-1",
@@ -185,13 +147,8 @@ async fn manager_case(client: Client, ns: &str) {
     })
     .await;
 
-    stop.send(()).unwrap();
-    tokio::time::timeout(LIMIT, run)
-        .await
-        .expect("the manager stopped")
-        .unwrap()
-        .unwrap();
-    assert_eq!(get(addr, "/healthz").await, 0, "the endpoint is closed");
+    run.stop(LIMIT).await;
+    assert_eq!(get(addr, "/healthz").await.0, 0, "the endpoint is closed");
     let lease = Api::<Lease>::namespaced(client, ns)
         .get("manager-test")
         .await

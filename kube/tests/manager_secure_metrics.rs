@@ -13,21 +13,13 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Ro
 use kube_client::Client;
 use kube_client::api::{Api, PostParams};
 use kube_test_cluster::{Backend, TestNamespace, backends};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_workqueue_kube::Manager;
 
+mod manager_common;
+use manager_common::{Running, http};
+
 async fn get(addr: std::net::SocketAddr, path: &str, token: Option<&str>) -> u16 {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    let request = format!("GET {path} HTTP/1.1\r\nHost: t\r\n{auth}Connection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
-    response
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0)
+    http(addr, "GET", path, token).await.0
 }
 
 async fn service_account_token(client: &Client, ns: &str, name: &str) -> String {
@@ -90,11 +82,7 @@ async fn secure_metrics_asks_the_api_server_who_may_read_them() {
     #[cfg(feature = "prometheus")]
     manager.metrics(prometheus_client::registry::Registry::default());
     let addr = manager.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    manager.shutdown_on(async move {
-        let _ = stopped.await;
-    });
-    let run = tokio::spawn(manager.run());
+    let run = Running::start(manager);
 
     assert_eq!(get(addr, "/metrics", None).await, 401);
     assert_eq!(get(addr, "/metrics", Some("not-a-token")).await, 401);
@@ -107,12 +95,7 @@ async fn secure_metrics_asks_the_api_server_who_may_read_them() {
     assert_eq!(get(addr, "/metrics", Some(&stranger)).await, 403);
     assert_eq!(get(addr, "/healthz", None).await, 200, "probes stay open");
 
-    stop.send(()).unwrap();
-    tokio::time::timeout(Duration::from_secs(20), run)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    run.stop(Duration::from_secs(20)).await;
     let _ = Api::<ClusterRoleBinding>::all(client.clone())
         .delete(&role, &Default::default())
         .await;
