@@ -96,6 +96,7 @@
 
 mod builder;
 mod error;
+mod intake;
 mod item;
 mod key;
 #[cfg(feature = "kube")]
@@ -107,6 +108,7 @@ pub mod ordering;
 pub mod partition;
 mod prefetch;
 mod queue;
+mod shared;
 mod state;
 mod sync;
 mod throttle;

@@ -1,15 +1,15 @@
 //! The queue handle: adds, hand-outs and shutdown.
 //!
-//! A [`WorkQueue`] is a cheap handle to one shared [`State`] behind one
-//! mutex. Every call takes that lock once, briefly: keys are hashed and clocks
-//! read before it is taken, and tasks are woken and metrics told after it is
-//! released. A consumer that finds nothing ready parks on a `Notify`, and
-//! each key that becomes ready wakes one parked consumer, never all of them.
+//! A [`WorkQueue`] is a cheap handle to one [`Shared`] state (see
+//! [`crate::shared`] for its lock and intake). Keys are hashed and clocks
+//! read before the lock is taken, and tasks are woken and metrics told after
+//! it is released. A consumer that finds nothing ready parks on a `Notify`,
+//! and each key that becomes ready wakes one parked consumer, never all of
+//! them.
 
 use crate::Key;
 use std::fmt;
 use std::future::Future;
-use std::hash::BuildHasher;
 use std::pin::{Pin, pin};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -23,9 +23,9 @@ use crate::limiter::RateLimiter;
 use crate::metrics::{MetricsHook, Probe, Snapshot, Source};
 use crate::options::{AddOpts, Lane};
 use crate::ordering::{Ordering, Priorities};
-use crate::prefetch::SharedLayout;
-use crate::state::{Effects, MAX_DELAY, Refused, State, When};
-use crate::sync::{Arc, Mutex, Notify};
+use crate::shared::{Shared, Take};
+use crate::state::{Popped, State};
+use crate::sync::Arc;
 use crate::throttle::Throttle;
 use crate::{Builder, timer};
 
@@ -72,34 +72,6 @@ pub struct WorkQueue<K, O: Ordering<K> = Priorities> {
 
 type PendingGet<K, O> = Pin<Box<dyn Future<Output = Option<WorkItem<K, O>>> + Send + Sync>>;
 
-pub(crate) struct Shared<K, O: Ordering<K>> {
-    pub(crate) state: Mutex<State<K, O>>,
-    consumers: Notify,
-    drained: Notify,
-    hasher: hashbrown::DefaultHashBuilder,
-    /// Where the key index is, for prefetching outside the lock.
-    layout: SharedLayout,
-    pub(crate) limiter: Box<dyn RateLimiter<K>>,
-    pub(crate) metrics: Option<Box<dyn MetricsHook>>,
-    name: String,
-    /// Whether ready and lease times are kept (metrics or starvation bound).
-    pub(crate) track: bool,
-    throttle: Option<Box<dyn Throttle>>,
-    /// Starts the timer task; a function pointer so that code without `K`'s
-    /// bounds (the lease end in `Drop`) can requeue with a delay.
-    pub(crate) start_timer: StartTimer<K, O>,
-}
-
-pub(crate) type StartTimer<K, O> = fn(&Arc<Shared<K, O>>, &mut State<K, O>) -> Result<(), AddError>;
-
-/// What one attempt to take a key found.
-enum Take<K: Key, O: Ordering<K>> {
-    Item(WorkItem<K, O>),
-    Empty,
-    Closed,
-    Throttled(Duration),
-}
-
 impl<K: Key> WorkQueue<K> {
     /// A queue with the default ordering ([`Priorities`]: FIFO within a
     /// priority), the default controller rate limiter and no metrics.
@@ -127,19 +99,15 @@ impl<K: Key, O: Ordering<K>> WorkQueue<K, O> {
         // Keys older than half the bound are served first, oldest first: the
         // other half is headroom for a backlog of such keys to drain.
         let promote_after = starvation_bound.map(|b| b / 2);
-        let shared = Arc::new(Shared {
-            state: Mutex::new(State::new(track, promote_after, ordering)),
-            consumers: Notify::new(),
-            drained: Notify::new(),
-            hasher: hashbrown::DefaultHashBuilder::default(),
-            layout: SharedLayout::default(),
+        let shared = Arc::new(Shared::new(
+            State::new(track, promote_after, ordering),
             limiter,
             metrics,
             name,
             track,
             throttle,
-            start_timer: timer::ensure_running::<K, O>,
-        });
+            timer::ensure_running::<K, O>,
+        ));
         if let Some(m) = &shared.metrics {
             let weak: std::sync::Weak<Shared<K, O>> = Arc::downgrade(&shared);
             let source: std::sync::Weak<dyn Source> = weak;
@@ -169,7 +137,7 @@ impl<K: Key, O: Ordering<K>> WorkQueue<K, O> {
     /// are exact, to the millisecond the timer wheel works in).
     ///
     /// If the key is already waiting, the earlier ready time wins. A zero
-    /// delay means now; delays beyond [`MAX_DELAY`] are clamped to it. Needs
+    /// delay means now; delays beyond [`MAX_DELAY`](crate::MAX_DELAY) are clamped to it. Needs
     /// a tokio runtime with time enabled, else [`AddError::NoRuntime`].
     pub fn add_after(&self, key: K, delay: Duration) -> Result<(), AddError> {
         self.shared.add(key, 0, delay, false)
@@ -218,7 +186,7 @@ impl<K: Key, O: Ordering<K>> WorkQueue<K, O> {
 
     /// Keys ready to be handed out now: not delayed, not leased.
     pub fn len(&self) -> usize {
-        self.shared.state.lock().ready_len()
+        self.shared.lock().ready_len()
     }
 
     /// Whether no key is ready now.
@@ -245,7 +213,7 @@ impl<K: Key, O: Ordering<K>> WorkQueue<K, O> {
         let shared = &self.shared;
         loop {
             match shared.take(false) {
-                Take::Item(item) => return Some(item),
+                Take::Item(popped, now) => return Some(self.item(popped, now)),
                 Take::Closed => return None,
                 Take::Throttled(wait) => {
                     tokio::time::sleep(wait).await;
@@ -258,7 +226,7 @@ impl<K: Key, O: Ordering<K>> WorkQueue<K, O> {
             let mut notified = pin!(shared.consumers.notified());
             notified.as_mut().enable();
             match shared.take(true) {
-                Take::Item(item) => return Some(item),
+                Take::Item(popped, now) => return Some(self.item(popped, now)),
                 Take::Closed => return None,
                 Take::Throttled(wait) => {
                     tokio::time::sleep(wait).await;
@@ -275,8 +243,7 @@ impl<K: Key, O: Ordering<K>> WorkQueue<K, O> {
     /// Keys already ready, and keys re-added while leased, are still handed
     /// out; then `get` returns `None` and streams end.
     pub fn shutdown(&self) {
-        let fx = self.shared.state.lock().shutdown();
-        self.shared.apply(fx, 0);
+        self.shared.shutdown();
     }
 
     /// Shuts down as [`shutdown`](Self::shutdown) does, then waits until
@@ -289,7 +256,7 @@ impl<K: Key, O: Ordering<K>> WorkQueue<K, O> {
         loop {
             let mut drained = pin!(self.shared.drained.notified());
             drained.as_mut().enable();
-            if self.shared.state.lock().is_drained() {
+            if self.shared.lock().is_drained() {
                 return;
             }
             drained.await;
@@ -315,162 +282,28 @@ impl<K: Key, O: Ordering<K>> WorkQueue<K, O> {
     /// Whether [`shutdown`](Self::shutdown) or
     /// [`shutdown_with_drain`](Self::shutdown_with_drain) was called.
     pub fn is_shutting_down(&self) -> bool {
-        self.shared.state.lock().is_shutdown()
-    }
-}
-
-impl<K: Key, O: Ordering<K>> Shared<K, O> {
-    /// Whether a rate-limited add could go ahead now: the queue is open, and
-    /// a delay could be timed (a runtime is current, or the timer task of an
-    /// earlier one still runs). Asked before the limiter, which counts a
-    /// failure each time it is asked, so that a refused add counts none.
-    pub(crate) fn can_rate_limit(&self) -> Result<(), AddError> {
-        let st = self.state.lock();
-        if st.is_shutdown() {
-            return Err(AddError::ShuttingDown);
-        }
-        let timer_alive = st.timer_running();
-        drop(st);
-        if timer_alive || tokio::runtime::Handle::try_current().is_ok() {
-            Ok(())
-        } else {
-            Err(AddError::NoRuntime)
-        }
+        self.shared.is_shut_down()
     }
 
-    pub(crate) fn add(
-        self: &Arc<Self>,
-        key: K,
-        priority: i32,
-        delay: Duration,
-        retry: bool,
-    ) -> Result<(), AddError> {
-        let h = self.hasher.hash_one(&key);
-        let delay = delay.min(MAX_DELAY);
-        let now = (self.track || !delay.is_zero()).then(Instant::now);
-        let when = match now {
-            Some(now) if !delay.is_zero() => When::At(now + delay),
-            _ => When::Now,
-        };
-        // The lookup's cache misses start before the lock is taken.
-        self.layout.load().prefetch(h);
-        let mut st = self.state.lock();
-        if when != When::Now && !st.is_shutdown() {
-            (self.start_timer)(self, &mut st)?;
-        }
-        let fx = st
-            .add(key, h, priority, when, now.filter(|_| self.track))
-            .map_err(refused)?;
-        let wake = fx.wake.min(st.parked as u32);
-        let layout = st.layout();
-        drop(st);
-        self.layout.publish(layout);
-        self.apply(fx, wake);
-        if retry && let Some(m) = &self.metrics {
-            m.retry();
-        }
-        Ok(())
-    }
-
-    fn take(self: &Arc<Self>, park: bool) -> Take<K, O> {
-        let now = self.track.then(Instant::now);
-        let mut st = self.state.lock();
-        if st.ready_len() == 0 {
-            if st.is_closed() {
-                return Take::Closed;
-            }
-            if park {
-                st.parked += 1;
-            }
-            return Take::Empty;
-        }
-        if let Some(throttle) = &self.throttle
-            && let Err(wait) = throttle.try_acquire()
-        {
-            return Take::Throttled(wait);
-        }
-        let popped = st.pop(now).expect("a ready key");
-        let fx = st.closed_effects();
-        drop(st);
-        self.apply(fx, 0);
-        if let (Some(m), Some(now), Some(ready_at)) = (&self.metrics, now, popped.ready_at) {
-            m.handed_out(now.saturating_duration_since(ready_at));
-        }
-        Take::Item(WorkItem::new(
-            self.clone(),
+    /// The lease on a key just handed out.
+    fn item(&self, popped: Popped<K>, now: Option<Instant>) -> WorkItem<K, O> {
+        WorkItem::new(
+            self.shared.clone(),
             popped.key,
             popped.slot,
             popped.lease,
             popped.priority,
             now,
-        ))
-    }
-
-    fn snapshot(&self) -> Snapshot {
-        let st = self.state.lock();
-        let counts = st.counts();
-        let starts = st.lease_starts();
-        drop(st);
-        let now = Instant::now();
-        let ran = |at: &Instant| now.saturating_duration_since(*at);
-        Snapshot {
-            ready_by_priority: counts.ready_by_priority,
-            in_flight: counts.leased,
-            waiting: counts.waiting,
-            unfinished_work: starts.iter().map(ran).sum(),
-            longest_running: starts.first().map(ran).unwrap_or_default(),
-        }
-    }
-}
-
-impl<K, O: Ordering<K>> Shared<K, O> {
-    /// Does what a state change asked for, outside the lock.
-    pub(crate) fn apply(&self, mut fx: Effects, wake: u32) {
-        if fx.wake_all {
-            self.consumers.notify_waiters();
-            self.drained.notify_waiters();
-        } else {
-            for _ in 0..wake {
-                self.consumers.notify_one();
-            }
-        }
-        if let Some(w) = fx.timer_waker.take() {
-            w.wake();
-        }
-        if let Some(m) = &self.metrics {
-            for _ in 0..fx.added {
-                m.add();
-            }
-        }
-    }
-}
-
-pub(crate) fn refused(r: Refused) -> AddError {
-    match r {
-        Refused::ShuttingDown => AddError::ShuttingDown,
-    }
-}
-
-impl<K: Key, O: Ordering<K>> Source for Shared<K, O> {
-    fn snapshot(&self) -> Snapshot {
-        Shared::snapshot(self)
-    }
-}
-
-impl<K, O: Ordering<K>> Drop for Shared<K, O> {
-    fn drop(&mut self) {
-        if let Some(task) = self.state.get_mut().timer_task.take() {
-            task.abort();
-        }
+        )
     }
 }
 
 /// Counts a consumer as parked while it waits, so adds know whom to wake.
-struct Parked<'a, K, O: Ordering<K>>(&'a Shared<K, O>);
+struct Parked<'a, K: Key, O: Ordering<K>>(&'a Shared<K, O>);
 
-impl<K, O: Ordering<K>> Drop for Parked<'_, K, O> {
+impl<K: Key, O: Ordering<K>> Drop for Parked<'_, K, O> {
     fn drop(&mut self) {
-        self.0.state.lock().parked -= 1;
+        self.0.unpark();
     }
 }
 
@@ -491,11 +324,7 @@ impl<K, O: Ordering<K>> Clone for WorkQueue<K, O> {
 
 impl<K, O: Ordering<K>> fmt::Debug for WorkQueue<K, O> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let st = self.shared.state.lock();
-        f.debug_struct("WorkQueue")
-            .field("name", &self.shared.name)
-            .field("state", &*st)
-            .finish()
+        fmt::Debug::fmt(&*self.shared, f)
     }
 }
 
@@ -508,7 +337,7 @@ impl<K: Key, O: Ordering<K>> Stream for WorkQueue<K, O> {
             // Most polls find a key: only a consumer that must wait pays for
             // a boxed `get`.
             match this.shared.take(false) {
-                Take::Item(item) => return Poll::Ready(Some(item)),
+                Take::Item(popped, now) => return Poll::Ready(Some(this.item(popped, now))),
                 Take::Closed => return Poll::Ready(None),
                 Take::Empty | Take::Throttled(_) => {}
             }

@@ -23,12 +23,24 @@
 pub(crate) use std::sync::Arc;
 
 #[cfg(not(tokio_workqueue_loom))]
-pub(crate) use parking_lot::Mutex;
+pub(crate) use parking_lot::{Mutex, MutexGuard};
 #[cfg(not(tokio_workqueue_loom))]
 pub(crate) use tokio::sync::Notify;
 
 #[cfg(tokio_workqueue_loom)]
 pub(crate) use self::loom_impl::{Mutex, Notify};
+#[cfg(tokio_workqueue_loom)]
+pub(crate) use loom::sync::MutexGuard;
+
+/// The atomics of the lock-free intake and the lock handshake
+/// ([`crate::intake`], [`crate::shared`]): loom's under the loom cfg, so the
+/// models explore their orderings too.
+pub(crate) mod atomic {
+    #[cfg(tokio_workqueue_loom)]
+    pub(crate) use loom::sync::atomic::{AtomicUsize, Ordering, fence};
+    #[cfg(not(tokio_workqueue_loom))]
+    pub(crate) use std::sync::atomic::{AtomicUsize, Ordering, fence};
+}
 
 #[cfg(tokio_workqueue_loom)]
 mod loom_impl {
@@ -48,6 +60,10 @@ mod loom_impl {
 
         pub(crate) fn lock(&self) -> loom::sync::MutexGuard<'_, T> {
             self.0.lock().expect("a poisoned lock")
+        }
+
+        pub(crate) fn try_lock(&self) -> Option<loom::sync::MutexGuard<'_, T>> {
+            self.0.try_lock().ok()
         }
 
         pub(crate) fn get_mut(&mut self) -> &mut T {
