@@ -25,7 +25,7 @@ use crate::options::{AddOpts, Lane};
 use crate::ordering::{Ordering, Priorities};
 use crate::shared::{Shared, Take};
 use crate::state::{Popped, State};
-use crate::sync::Arc;
+use crate::sync::{Arc, OwnedNotified};
 use crate::throttle::Throttle;
 use crate::{Builder, timer};
 
@@ -66,11 +66,9 @@ use crate::{Builder, timer};
 /// ```
 pub struct WorkQueue<K, O: Ordering<K> = Priorities> {
     pub(crate) shared: Arc<Shared<K, O>>,
-    /// The `get` this handle is waiting in when polled as a stream.
-    pending: Option<PendingGet<K, O>>,
+    /// Where this handle is in its wait for a key when polled as a stream.
+    wait: StreamWait,
 }
-
-type PendingGet<K, O> = Pin<Box<dyn Future<Output = Option<WorkItem<K, O>>> + Send + Sync>>;
 
 impl<K: Key> WorkQueue<K> {
     /// A queue with the default ordering ([`Priorities`]: FIFO within a
@@ -115,7 +113,7 @@ impl<K: Key, O: Ordering<K>> WorkQueue<K, O> {
         }
         WorkQueue {
             shared,
-            pending: None,
+            wait: StreamWait::default(),
         }
     }
 
@@ -317,7 +315,7 @@ impl<K, O: Ordering<K>> Clone for WorkQueue<K, O> {
     fn clone(&self) -> Self {
         WorkQueue {
             shared: self.shared.clone(),
-            pending: None,
+            wait: StreamWait::default(),
         }
     }
 }
@@ -331,22 +329,93 @@ impl<K, O: Ordering<K>> fmt::Debug for WorkQueue<K, O> {
 impl<K: Key, O: Ordering<K>> Stream for WorkQueue<K, O> {
     type Item = WorkItem<K, O>;
 
+    /// [`get`](WorkQueue::get) written out as a state machine kept in the
+    /// handle: a stream that waits registers for a wake-up in an allocation
+    /// it reuses from wait to wait, instead of boxing a new `get` each time.
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<WorkItem<K, O>>> {
         let this = self.get_mut();
-        if this.pending.is_none() {
-            // Most polls find a key: only a consumer that must wait pays for
-            // a boxed `get`.
-            match this.shared.take(false) {
+        let shared = &this.shared;
+        let wait = &mut this.wait;
+        loop {
+            if wait.sleeping {
+                let sleep = wait.sleep.as_mut().expect("sleeping");
+                std::task::ready!(sleep.as_mut().poll(cx));
+                wait.sleeping = false;
+            }
+            if wait.parked {
+                let notified = wait.notified.as_mut().expect("parked");
+                let notified = notified.as_mut().as_pin_mut().expect("parked");
+                std::task::ready!(notified.poll(cx));
+                wait.unpark(shared);
+            }
+            match shared.take(false) {
                 Take::Item(popped, now) => return Poll::Ready(Some(this.item(popped, now))),
                 Take::Closed => return Poll::Ready(None),
-                Take::Empty | Take::Throttled(_) => {}
+                Take::Throttled(d) => {
+                    wait.sleep_for(d);
+                    continue;
+                }
+                Take::Empty => {}
             }
-            let handle = this.clone();
-            this.pending = Some(Box::pin(async move { handle.get().await }));
+            // As in `get`: registered before looking again.
+            let slot = wait.notified.get_or_insert_with(|| Box::pin(None));
+            slot.set(Some(shared.consumers.clone().notified_owned()));
+            slot.as_mut().as_pin_mut().expect("just set").enable();
+            match shared.take(true) {
+                Take::Empty => wait.parked = true,
+                // Dropping the registration passes on a wake-up it took.
+                other => {
+                    slot.set(None);
+                    match other {
+                        Take::Item(popped, now) => {
+                            return Poll::Ready(Some(this.item(popped, now)));
+                        }
+                        Take::Closed => return Poll::Ready(None),
+                        Take::Throttled(d) => wait.sleep_for(d),
+                        Take::Empty => unreachable!("matched above"),
+                    }
+                }
+            }
         }
-        let fut = this.pending.as_mut().expect("set above");
-        let out = std::task::ready!(fut.as_mut().poll(cx));
-        this.pending = None;
-        Poll::Ready(out)
+    }
+}
+
+/// A stream's wait for a key, kept in its handle between polls.
+#[derive(Default)]
+struct StreamWait {
+    /// The wake-up registration; the box outlives it, to be reused.
+    notified: Option<Pin<Box<Option<OwnedNotified>>>>,
+    /// Registered, and counted among the parked consumers.
+    parked: bool,
+    /// A throttle's wait; the box is reused too.
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+    sleeping: bool,
+}
+
+impl StreamWait {
+    /// Stops waiting: no longer counted as parked, and the registration
+    /// dropped (passing on a wake-up it holds, as a dropped `get` does).
+    fn unpark<K, O: Ordering<K>>(&mut self, shared: &Shared<K, O>) {
+        if std::mem::take(&mut self.parked) {
+            shared.unpark();
+            if let Some(n) = &mut self.notified {
+                n.set(None);
+            }
+        }
+    }
+
+    fn sleep_for(&mut self, d: Duration) {
+        let deadline = Instant::now() + d;
+        match &mut self.sleep {
+            Some(s) => s.as_mut().reset(deadline),
+            None => self.sleep = Some(Box::pin(tokio::time::sleep_until(deadline))),
+        }
+        self.sleeping = true;
+    }
+}
+
+impl<K, O: Ordering<K>> Drop for WorkQueue<K, O> {
+    fn drop(&mut self) {
+        self.wait.unpark(&self.shared);
     }
 }

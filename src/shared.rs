@@ -59,8 +59,8 @@ pub(crate) struct Shared<K, O: Ordering<K>> {
     state: Mutex<State<K, O>>,
     /// Operations that found the lock taken, for its holder to apply.
     intake: Intake<Op<K>>,
-    /// Consumers parked in `get`.
-    pub(crate) consumers: Notify,
+    /// Consumers parked in `get` (in an `Arc` for streams' owned waits).
+    pub(crate) consumers: std::sync::Arc<Notify>,
     /// `shutdown_with_drain` and `closed` waiters.
     pub(crate) drained: Notify,
     hasher: hashbrown::DefaultHashBuilder,
@@ -142,7 +142,7 @@ impl<K: Key, O: Ordering<K>> Shared<K, O> {
         Shared {
             state: Mutex::new(state),
             intake: Intake::new(),
-            consumers: Notify::new(),
+            consumers: std::sync::Arc::new(Notify::new()),
             drained: Notify::new(),
             hasher: hashbrown::DefaultHashBuilder::default(),
             layout: SharedLayout::default(),
@@ -209,6 +209,11 @@ impl<K, O: Ordering<K>> Shared<K, O> {
         fence(SeqCst);
         drop(self.try_lock());
         Ok(())
+    }
+
+    /// A consumer that was counted as parked stops waiting.
+    pub(crate) fn unpark(&self) {
+        self.lock().parked -= 1;
     }
 
     /// Whether the queue was shut down (its linearization point passed).
@@ -412,11 +417,6 @@ impl<K: Key, O: Ordering<K>> Shared<K, O> {
             m.handed_out(now.saturating_duration_since(ready_at));
         }
         Take::Item(popped, now)
-    }
-
-    /// A consumer that was counted as parked stops waiting.
-    pub(crate) fn unpark(&self) {
-        self.lock().parked -= 1;
     }
 
     pub(crate) fn snapshot(&self) -> Snapshot {

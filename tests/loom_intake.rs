@@ -10,6 +10,13 @@
 //! operation as a failed count, and a shutdown that is not linearizable as
 //! an accepted add that is never handed out.
 //!
+//! Under the loom cfg the state's lock is a loom atomic (see `src/sync.rs`),
+//! so that loom explores a `try_lock` that fails: with loom's own mutex it
+//! never would, and these models would never reach the intake. Checked by
+//! breaking the handshake on purpose: without the holder's second look at
+//! the intake, or without its fence,
+//! `a_dirty_lease_end_wakes_a_parked_consumer` deadlocks.
+//!
 //! Run as `tests/loom_queue.rs` is:
 //!
 //! ```text
