@@ -2,7 +2,6 @@
 
 use crate::Key;
 use std::fmt;
-#[cfg(feature = "kube")]
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,6 +9,7 @@ use crate::WorkQueue;
 use crate::limiter::{RateLimiter, TokenBucket, default_controller_rate_limiter};
 use crate::metrics::MetricsHook;
 use crate::ordering::{Ordering, Priorities};
+use crate::partition::PartitionedBuilder;
 use crate::throttle::Throttle;
 
 /// Configures a [`WorkQueue`]: its name, rate limiter, metrics, starvation
@@ -151,28 +151,49 @@ impl<K: Key, O: Ordering<K>> Builder<K, O> {
     }
 }
 
-// The controller (feature `kube`) is what reads a builder's name and splits
-// it into partitions.
-#[cfg(feature = "kube")]
 impl<K, O> Builder<K, O> {
-    /// The name given to [`name`](Self::name) (empty by default): the
-    /// controller metrics' label.
-    #[cfg(feature = "prometheus")]
-    pub(crate) fn get_name(&self) -> &str {
+    /// The name given to [`name`](Self::name) (empty by default), for code
+    /// that labels its own metrics after the queue it configures.
+    pub fn queue_name(&self) -> &str {
         &self.name
     }
 }
 
-#[cfg(feature = "kube")]
 impl<K: Key, O: Ordering<K> + Clone> Builder<K, O> {
-    /// `n` builders for the partitions of one queue: they share this one's
-    /// rate limiter, metrics hook and throttle, keep its starvation bound,
-    /// and keep its name.
+    /// Partitions built from this queue: `n` queues, each key going to
+    /// partition `partition_fn(&key)` (reduced modulo `n`), every partition
+    /// built from this builder. See [`crate::partition`].
     ///
-    /// One name, not `{name}-{i}`: the partitions share one metrics hook,
-    /// and a `PrometheusMetrics` handle serves queues of one name only (it
-    /// panics on a second name).
-    /// Under one name their series add up, as one queue's would.
+    /// The partitions share this builder's rate limiter (one per-key backoff,
+    /// one token bucket for all), metrics hook and throttle, keep its name
+    /// and starvation bound, and each gets a clone of its ordering. One name,
+    /// not one per partition: with one metrics hook their series add up as
+    /// one queue's would (use [`PartitionedBuilder::name`] for a name per
+    /// partition).
+    ///
+    /// ```
+    /// use tokio_workqueue::{Fifo, WorkQueue};
+    ///
+    /// let queue = WorkQueue::builder()
+    ///     .name("pods")
+    ///     .ordering(Fifo::new())
+    ///     .partitioned(2, |key: &u32| *key as usize)
+    ///     .build()
+    ///     .unwrap();
+    /// queue.add(3).unwrap();
+    /// assert_eq!(queue.depths(), [0, 1]);
+    /// assert_eq!(queue.queue(1).name(), "pods");
+    /// ```
+    pub fn partitioned(
+        self,
+        n: usize,
+        partition_fn: impl Fn(&K) -> usize + Send + Sync + 'static,
+    ) -> PartitionedBuilder<K, O> {
+        PartitionedBuilder::from_base(self, n, partition_fn)
+    }
+
+    /// `n` builders that share this one's rate limiter, metrics hook and
+    /// throttle, and keep its name, starvation bound and ordering.
     pub(crate) fn split(self, n: usize) -> Vec<Builder<K, O>> {
         let limiter: Arc<dyn RateLimiter<K>> = match self.limiter {
             Some(limiter) => Arc::from(limiter),

@@ -27,11 +27,10 @@
 //!   node) to one spawned task, so related keys are handled in order.
 //! - **Metrics** through a [hook](metrics::MetricsHook), and with the
 //!   `prometheus` feature, the families Go controllers export.
-//! - **Kubernetes controllers** (feature `kube`): `kube::Controller`, a
-//!   drop-in for kube-runtime's controller on this queue (priorities for
-//!   initial lists and re-lists, per-key backoff, metrics, timeouts,
-//!   partitions, orderings), leader election on Leases (`kube::leader`),
-//!   and a watcher adapter for queues you drive yourself.
+//! - **Kubernetes controllers** live in the companion crate
+//!   `tokio-workqueue-kube`: a drop-in for kube-runtime's `Controller` on
+//!   this queue, leader election and shards on Leases. This crate never
+//!   depends on Kubernetes.
 //!
 //! # Semantics
 //! 1. Fair: keys come out in the order they became ready (FIFO within a
@@ -92,6 +91,7 @@
 //! keys) and a 4-byte index entry; a key waiting on a delay also holds one
 //! timer entry, released when the key leaves the wait.
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(rust_2018_idioms)]
 
 mod builder;
@@ -99,8 +99,6 @@ mod error;
 mod intake;
 mod item;
 mod key;
-#[cfg(feature = "kube")]
-pub mod kube;
 pub mod limiter;
 pub mod metrics;
 mod options;

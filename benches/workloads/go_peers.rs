@@ -25,7 +25,8 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use super::{Config, Report};
+use crate::report::Report;
+use crate::settings::Config;
 
 /// The Go queues, in the order their runs take turns.
 pub const IMPLS: [&str; 4] = [
@@ -95,6 +96,15 @@ impl GoPeers {
         };
         GoPeers {
             state: RefCell::new(state),
+        }
+    }
+
+    /// Go peers this binary does not run, and why (printed with the
+    /// verdicts). Used by the kube crate's benchmark, which shares this file.
+    #[allow(dead_code)]
+    pub fn skipped(why: &str) -> Self {
+        GoPeers {
+            state: RefCell::new(State::Skipped(why.into())),
         }
     }
 
@@ -299,7 +309,7 @@ struct Program {
 impl Program {
     /// Builds the program if its cached binary is missing, and starts it.
     fn start() -> Result<Program, Unavailable> {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/go-peers");
+        let dir = crate::settings::root_dir().join("benches/go-peers");
         let version = match go().arg("version").output() {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(Unavailable::Skipped(
@@ -460,15 +470,9 @@ fn binary(dir: &Path, go_version: &str) -> Result<PathBuf, String> {
             .map_err(|e| format!("reading {}: {e}", f.display()))?
             .hash(&mut hasher);
     }
-    Ok(target_dir()
+    Ok(crate::settings::target_dir()
         .join("go-peers")
         .join(format!("go-peers-{:016x}", hasher.finish())))
-}
-
-fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"))
 }
 
 /// `go build`s the program into `bin` (downloading its modules first if the

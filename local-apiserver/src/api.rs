@@ -15,11 +15,11 @@ use crate::discovery;
 use crate::faults::{self, Fault, Injected, RequestInfo};
 use crate::http::Request;
 use crate::kinds::KindSpec;
-use crate::ops::{DeleteOpts, PatchOpts};
 use crate::patch::PatchType;
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::status::ApiError;
-use crate::store::{ListOpts, Store};
+use crate::store::{ListOpts, Store, parse_resource_version};
+use crate::verbs::{DeleteOpts, PatchOpts};
 use crate::watch::{WatchMsg, WatchSub, metadata_only};
 
 /// A watch without `timeoutSeconds` lasts this long (a real apiserver picks
@@ -68,24 +68,70 @@ impl Reply {
     }
 }
 
-/// A request aimed at a resource.
+/// The resource part of a request's path, before the registry is asked
+/// what it names.
+#[derive(Debug)]
+struct Path {
+    group: String,
+    version: String,
+    plural: String,
+    namespace: Option<String>,
+    name: Option<String>,
+    subresource: Option<String>,
+}
+
+/// A path the registry serves: its kind, and whether it is `/status`.
 struct Target {
     kind: KindSpec,
     namespace: Option<String>,
-    name: Option<String>,
     status: bool,
 }
 
-/// How a request is answered: maybe after a delay (injected), then the
-/// reply. The reply is computed after the delay.
-pub(crate) enum Plan {
-    Now(Reply),
-    Later(Duration),
+/// What a request asks for: the verb, with the object's name for the verbs
+/// on one object. Decided once, from the method, the path and `watch`.
+#[derive(Debug)]
+enum Op {
+    Get(String),
+    List,
+    Watch,
+    Create,
+    Update(String),
+    Patch(String),
+    Delete(String),
+    DeleteCollection,
 }
 
-/// First step: count the request and consult the faults. Returns the plan:
-/// answer now (a fault, discovery or an error) or go on after a delay
-/// (`Later(0)` for no delay) with [`handle`].
+impl Op {
+    fn verb(&self) -> Verb {
+        match self {
+            Op::Get(_) => Verb::Get,
+            Op::List => Verb::List,
+            Op::Watch => Verb::Watch,
+            Op::Create => Verb::Create,
+            Op::Update(_) => Verb::Update,
+            Op::Patch(_) => Verb::Patch,
+            Op::Delete(_) => Verb::Delete,
+            Op::DeleteCollection => Verb::DeleteCollection,
+        }
+    }
+}
+
+/// An admitted request: where it goes and what it does.
+#[derive(Debug)]
+pub(crate) struct Call {
+    path: Path,
+    op: Op,
+}
+
+/// How a request is answered: at once (a fault, discovery or an error), or
+/// by [`handle`] after a delay (injected; zero for none).
+pub(crate) enum Plan {
+    Now(Reply),
+    Later(Duration, Call),
+}
+
+/// First step: parse the request into a [`Call`], count it and consult the
+/// faults.
 pub(crate) fn admit(shared: &Shared, endpoint: &EndpointState, req: &Request) -> Plan {
     let segments: Vec<&str> = req.path.split('/').filter(|s| !s.is_empty()).collect();
     if let ["healthz" | "readyz" | "livez"] = segments.as_slice() {
@@ -94,22 +140,24 @@ pub(crate) fn admit(shared: &Shared, endpoint: &EndpointState, req: &Request) ->
             body: b"ok".to_vec(),
         });
     }
-    let target = {
+    let parsed = {
         let store = shared.store.lock();
         if req.method == "GET"
             && let Some(doc) = discovery::document(&store.registry, &segments)
         {
             return Plan::Now(Reply::json(200, &doc));
         }
-        match target(&store, &segments) {
-            Ok(t) => t,
-            Err(e) => return Plan::Now(Reply::error(&e)),
-        }
+        parse_path(&segments).and_then(|path| {
+            let target = resolve(&store, &path)?;
+            let op = op(req, &path, &target)?;
+            Ok((path, target, op))
+        })
     };
-    let verb = match verb(&req.method, &target, req) {
-        Ok(v) => v,
+    let (path, target, op) = match parsed {
+        Ok(p) => p,
         Err(e) => return Plan::Now(Reply::error(&e)),
     };
+    let verb = op.verb();
     let resource = if target.status {
         format!("{}/status", target.kind.plural)
     } else {
@@ -127,26 +175,25 @@ pub(crate) fn admit(shared: &Shared, endpoint: &EndpointState, req: &Request) ->
         verb,
         resource: &resource,
         namespace: target.namespace.as_deref(),
-        name: target.name.as_deref(),
+        name: path.name.as_deref(),
     };
     let mut injected = Injected::default();
     faults::check(&mut shared.faults.lock(), &info, &mut injected);
     faults::check(&mut endpoint.faults.lock(), &info, &mut injected);
     match injected {
         Injected { error: Some(e), .. } => Plan::Now(Reply::error(&e)),
-        Injected { delay, .. } => Plan::Later(delay.unwrap_or_default()),
+        Injected { delay, .. } => Plan::Later(delay.unwrap_or_default(), Call { path, op }),
     }
 }
 
-/// Second step: carry the request out.
-pub(crate) fn handle(shared: &Shared, req: &Request) -> Reply {
-    let segments: Vec<&str> = req.path.split('/').filter(|s| !s.is_empty()).collect();
+/// Second step: carry the call out.
+pub(crate) fn handle(shared: &Shared, call: &Call, req: &Request) -> Reply {
     let mut store = shared.store.lock();
-    let target = match target(&store, &segments) {
-        Ok(t) => t,
-        Err(e) => return Reply::error(&e),
-    };
-    match carry_out(&mut store, &target, req) {
+    // The store was unlocked since `admit` (for an injected delay, or while
+    // other requests ran): a CRD may have been created, changed or deleted
+    // since, so the kind is looked up again, as it is served now.
+    let result = resolve(&store, &call.path).and_then(|t| execute(&mut store, &t, &call.op, req));
+    match result {
         Ok(reply) => {
             if let Reply::Watch { .. } = reply {
                 shared.watch_opened.notify_waiters();
@@ -157,67 +204,73 @@ pub(crate) fn handle(shared: &Shared, req: &Request) -> Reply {
     }
 }
 
-/// Parses the resource part of a path.
-fn target(store: &Store, segments: &[&str]) -> Result<Target, ApiError> {
+/// Splits the resource part of a path: `/api/v1/...` or
+/// `/apis/{group}/{version}/...`, then `[namespaces/{ns}/]{plural}[/{name}[/{sub}]]`.
+fn parse_path(segments: &[&str]) -> Result<Path, ApiError> {
     let (group, version, rest) = match segments {
         ["api", "v1", rest @ ..] => ("", "v1", rest),
         ["apis", group, version, rest @ ..] => (*group, *version, rest),
         _ => return Err(ApiError::no_such_resource()),
     };
-    let (namespace, plural, name, sub) = match rest {
+    let (namespace, plural, tail) = match rest {
         ["namespaces", ns, plural, tail @ ..] if *plural != "status" && *plural != "finalize" => {
-            if tail.len() > 2 {
-                return Err(ApiError::no_such_resource());
-            }
-            (
-                Some(*ns),
-                *plural,
-                tail.first().copied(),
-                tail.get(1).copied(),
-            )
+            (Some(*ns), *plural, tail)
         }
-        [plural, tail @ ..] => {
-            if tail.len() > 2 {
-                return Err(ApiError::no_such_resource());
-            }
-            (None, *plural, tail.first().copied(), tail.get(1).copied())
-        }
+        [plural, tail @ ..] => (None, *plural, tail),
         [] => return Err(ApiError::no_such_resource()),
     };
+    if tail.len() > 2 {
+        return Err(ApiError::no_such_resource());
+    }
+    Ok(Path {
+        group: group.to_string(),
+        version: version.to_string(),
+        plural: plural.to_string(),
+        namespace: namespace.map(str::to_string),
+        name: tail.first().map(|s| s.to_string()),
+        subresource: tail.get(1).map(|s| s.to_string()),
+    })
+}
+
+/// What the registry serves at `path`: 404 for a kind it does not serve, a
+/// scope the kind does not have, or a subresource other than a declared
+/// `/status`.
+fn resolve(store: &Store, path: &Path) -> Result<Target, ApiError> {
     let kind = store
         .registry
-        .get(group, version, plural)
+        .get(&path.group, &path.version, &path.plural)
         .cloned()
         .ok_or_else(ApiError::no_such_resource)?;
-    if (kind.namespaced && namespace.is_none() && name.is_some())
-        || (!kind.namespaced && namespace.is_some())
+    if (kind.namespaced && path.namespace.is_none() && path.name.is_some())
+        || (!kind.namespaced && path.namespace.is_some())
     {
         return Err(ApiError::no_such_resource());
     }
-    let status = match sub {
+    let status = match path.subresource.as_deref() {
         None => false,
         Some("status") if kind.status_subresource => true,
         Some(_) => return Err(ApiError::no_such_resource()),
     };
     Ok(Target {
         kind,
-        namespace: namespace.map(str::to_string),
-        name: name.map(str::to_string),
+        namespace: path.namespace.clone(),
         status,
     })
 }
 
-fn verb(method: &str, t: &Target, req: &Request) -> Result<Verb, ApiError> {
-    let one = t.name.is_some();
-    Ok(match (method, one) {
-        ("GET", true) => Verb::Get,
-        ("GET", false) if is_true(req.query("watch")) => Verb::Watch,
-        ("GET", false) => Verb::List,
-        ("POST", false) if !t.kind.namespaced || t.namespace.is_some() => Verb::Create,
-        ("PUT", true) => Verb::Update,
-        ("PATCH", true) => Verb::Patch,
-        ("DELETE", true) if !t.status => Verb::Delete,
-        ("DELETE", false) => Verb::DeleteCollection,
+/// The operation a request asks for; 405 for a method the path does not
+/// take.
+fn op(req: &Request, path: &Path, t: &Target) -> Result<Op, ApiError> {
+    let method = req.method.as_str();
+    Ok(match (method, path.name.clone()) {
+        ("GET", Some(name)) => Op::Get(name),
+        ("GET", None) if is_true(req.query("watch")) => Op::Watch,
+        ("GET", None) => Op::List,
+        ("POST", None) if !t.kind.namespaced || t.namespace.is_some() => Op::Create,
+        ("PUT", Some(name)) => Op::Update(name),
+        ("PATCH", Some(name)) => Op::Patch(name),
+        ("DELETE", Some(name)) if !t.status => Op::Delete(name),
+        ("DELETE", None) => Op::DeleteCollection,
         _ => return Err(ApiError::method_not_allowed(method)),
     })
 }
@@ -226,32 +279,32 @@ fn is_true(v: Option<&str>) -> bool {
     matches!(v, Some("true" | "1" | ""))
 }
 
-fn carry_out(store: &mut Store, t: &Target, req: &Request) -> Result<Reply, ApiError> {
+fn execute(store: &mut Store, t: &Target, op: &Op, req: &Request) -> Result<Reply, ApiError> {
     let kind = &t.kind;
     let ns = t.namespace.as_deref().unwrap_or("");
     let metadata = wants_metadata(req);
     let dry_run = req.query("dryRun").is_some_and(|v| v == "All");
     let one = |code: u16, o: &Arc<Value>| Reply::json(code, &present(kind, o, metadata));
-    match (req.method.as_str(), &t.name) {
-        ("GET", Some(name)) => Ok(one(200, &store.get(kind, ns, name)?)),
-        ("GET", None) if is_true(req.query("watch")) => watch(store, t, req, metadata),
-        ("GET", None) => {
+    match op {
+        Op::Get(name) => Ok(one(200, &store.get(kind, ns, name)?)),
+        Op::Watch => watch(store, t, req, metadata),
+        Op::List => {
             let opts = list_opts(kind, req)?;
             let page = store.list(kind, t.namespace.as_deref(), &opts)?;
             Ok(list_reply(kind, &page, metadata))
         }
-        ("POST", None) => {
+        Op::Create => {
             let body = json_body(req)?;
             Ok(one(201, &store.create(kind, ns, body, dry_run)?))
         }
-        ("PUT", Some(name)) => {
+        Op::Update(name) => {
             let body = json_body(req)?;
             Ok(one(
                 200,
                 &store.update(kind, ns, name, body, t.status, dry_run)?,
             ))
         }
-        ("PATCH", Some(name)) => {
+        Op::Patch(name) => {
             let ptype = PatchType::from_content_type(req.header("content-type").unwrap_or(""))?;
             let body: Value = serde_json::from_slice(&req.body).map_err(|e| {
                 if ptype == PatchType::Apply {
@@ -269,11 +322,11 @@ fn carry_out(store: &mut Store, t: &Target, req: &Request) -> Result<Reply, ApiE
             let (code, o) = store.patch(kind, ns, name, ptype, &body, t.status, &opts)?;
             Ok(one(code, &o))
         }
-        ("DELETE", Some(name)) => {
+        Op::Delete(name) => {
             let opts = delete_opts(req)?;
             Ok(one(200, &store.delete(kind, ns, name, &opts)?))
         }
-        ("DELETE", None) => {
+        Op::DeleteCollection => {
             let opts = delete_opts(req)?;
             let list = list_opts(kind, req)?;
             let deleted = store.delete_collection(kind, t.namespace.as_deref(), &list, &opts)?;
@@ -285,17 +338,12 @@ fn carry_out(store: &mut Store, t: &Target, req: &Request) -> Result<Reply, ApiE
             };
             Ok(list_reply(kind, &page, metadata))
         }
-        (m, _) => Err(ApiError::method_not_allowed(m)),
     }
 }
 
 fn watch(store: &mut Store, t: &Target, req: &Request, metadata: bool) -> Result<Reply, ApiError> {
     let kind = &t.kind;
-    let labels = LabelSelector::parse(req.query("labelSelector").unwrap_or(""))?;
-    let fields = FieldSelector::parse(
-        req.query("fieldSelector").unwrap_or(""),
-        &kind.selectable_fields,
-    )?;
+    let (labels, fields) = selectors(kind, req)?;
     let bookmarks = is_true(req.query("allowWatchBookmarks"));
     let initial_events = req.query("sendInitialEvents") == Some("true");
     if initial_events {
@@ -314,14 +362,7 @@ fn watch(store: &mut Store, t: &Target, req: &Request, metadata: bool) -> Result
             ));
         }
     }
-    let from = match req.query("resourceVersion") {
-        None | Some("") | Some("0") => None,
-        Some(v) => Some(v.parse::<u64>().map_err(|_| {
-            ApiError::bad_request(format!(
-                "resourceVersion: Invalid value: {v:?}: must be an unsigned integer"
-            ))
-        })?),
-    };
+    let from = parse_resource_version(req.query("resourceVersion"))?;
     let timeout =
         match req.query("timeoutSeconds") {
             Some(s) => Duration::from_secs(s.parse().map_err(|_| {
@@ -413,12 +454,10 @@ fn list_opts(kind: &KindSpec, req: &Request) -> Result<ListOpts, ApiError> {
                 .map_err(|_| ApiError::bad_request(format!("limit: Invalid value: {l:?}")))?,
         ),
     };
+    let (labels, fields) = selectors(kind, req)?;
     Ok(ListOpts {
-        labels: LabelSelector::parse(req.query("labelSelector").unwrap_or(""))?,
-        fields: FieldSelector::parse(
-            req.query("fieldSelector").unwrap_or(""),
-            &kind.selectable_fields,
-        )?,
+        labels,
+        fields,
         limit,
         continue_token: req
             .query("continue")
@@ -427,6 +466,18 @@ fn list_opts(kind: &KindSpec, req: &Request) -> Result<ListOpts, ApiError> {
         resource_version: req.query("resourceVersion").map(str::to_string),
         resource_version_match: req.query("resourceVersionMatch").map(str::to_string),
     })
+}
+
+/// The `labelSelector` and `fieldSelector` of a list, watch or
+/// deletecollection (400 if either does not parse).
+fn selectors(kind: &KindSpec, req: &Request) -> Result<(LabelSelector, FieldSelector), ApiError> {
+    Ok((
+        LabelSelector::parse(req.query("labelSelector").unwrap_or(""))?,
+        FieldSelector::parse(
+            req.query("fieldSelector").unwrap_or(""),
+            &kind.selectable_fields,
+        )?,
+    ))
 }
 
 fn delete_opts(req: &Request) -> Result<DeleteOpts, ApiError> {

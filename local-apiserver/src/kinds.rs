@@ -262,16 +262,7 @@ pub(crate) fn crd_kinds(crd: &Value) -> Vec<KindSpec> {
         x if x.is_empty() => kind.to_lowercase(),
         x => x,
     };
-    let short_names: Vec<String> = names
-        .get("shortNames")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default();
+    let short_names = crate::meta::strings(names.get("shortNames"));
     let namespaced = spec.get("scope").and_then(Value::as_str) != Some("Cluster");
     let mut kinds = Vec::new();
     for v in spec

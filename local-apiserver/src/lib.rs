@@ -193,12 +193,12 @@ mod faults;
 mod http;
 mod kinds;
 mod meta;
-mod ops;
 mod patch;
 mod selector;
 mod server;
 mod status;
 mod store;
+mod verbs;
 mod watch;
 
 #[cfg(feature = "conformance")]
@@ -210,3 +210,9 @@ pub use faults::Fault;
 pub use kinds::KindSpec;
 pub use server::{Endpoint, LocalApiServer};
 pub use status::ApiError;
+
+// The README's example is compiled and run with the doc-tests, so what
+// users copy from it works.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

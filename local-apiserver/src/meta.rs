@@ -28,8 +28,13 @@ pub(crate) fn meta_str<'a>(object: &'a Value, field: &str) -> Option<&'a str> {
 
 /// `metadata.finalizers` (empty if none).
 pub(crate) fn finalizers(object: &Value) -> Vec<String> {
-    object
-        .pointer("/metadata/finalizers")
+    strings(object.pointer("/metadata/finalizers"))
+}
+
+/// The strings of a JSON array (empty if it is missing or not an array;
+/// items that are not strings are skipped).
+pub(crate) fn strings(array: Option<&Value>) -> Vec<String> {
+    array
         .and_then(Value::as_array)
         .map(|a| {
             a.iter()

@@ -46,6 +46,14 @@ impl LabelSelector {
             }
         };
         let is_key_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/');
+        // The longest run of `wanted` characters from `i` on, and `i` past it.
+        let take = |i: &mut usize, wanted: &dyn Fn(char) -> bool| -> String {
+            let start = *i;
+            while *i < chars.len() && wanted(chars[*i]) {
+                *i += 1;
+            }
+            chars[start..*i].iter().collect()
+        };
         loop {
             skip_ws(&mut i);
             if i >= chars.len() {
@@ -59,11 +67,7 @@ impl LabelSelector {
                 i += 1;
                 skip_ws(&mut i);
             }
-            let start = i;
-            while i < chars.len() && is_key_char(chars[i]) {
-                i += 1;
-            }
-            let key: String = chars[start..i].iter().collect();
+            let key = take(&mut i, &is_key_char);
             if key.is_empty() {
                 return Err(bad("expected a label key"));
             }
@@ -85,11 +89,7 @@ impl LabelSelector {
                     i += 1;
                 }
                 skip_ws(&mut i);
-                let start = i;
-                while i < chars.len() && is_key_char(chars[i]) {
-                    i += 1;
-                }
-                let value: String = chars[start..i].iter().collect();
+                let value = take(&mut i, &is_key_char);
                 validate_label_value(&value).map_err(|e| bad(&e))?;
                 reqs.push(if op_not {
                     LabelReq::NotEq(key, value)
@@ -100,11 +100,7 @@ impl LabelSelector {
                 let gt = chars[i] == '>';
                 i += 1;
                 skip_ws(&mut i);
-                let start = i;
-                while i < chars.len() && is_key_char(chars[i]) {
-                    i += 1;
-                }
-                let value: String = chars[start..i].iter().collect();
+                let value = take(&mut i, &is_key_char);
                 let n: i64 = value
                     .parse()
                     .map_err(|_| bad("for 'Gt', 'Lt' operators, the value must be an integer"))?;
@@ -114,11 +110,7 @@ impl LabelSelector {
                     LabelReq::Lt(key, n)
                 });
             } else {
-                let start = i;
-                while i < chars.len() && chars[i].is_ascii_alphabetic() {
-                    i += 1;
-                }
-                let op: String = chars[start..i].iter().collect();
+                let op = take(&mut i, &|c| c.is_ascii_alphabetic());
                 if op != "in" && op != "notin" {
                     return Err(bad(&format!("unknown operator {op:?}")));
                 }
@@ -127,14 +119,10 @@ impl LabelSelector {
                     return Err(bad("expected '(' after in/notin"));
                 }
                 i += 1;
-                let start = i;
-                while i < chars.len() && chars[i] != ')' {
-                    i += 1;
-                }
+                let inner = take(&mut i, &|c| c != ')');
                 if i >= chars.len() {
                     return Err(bad("expected ')'"));
                 }
-                let inner: String = chars[start..i].iter().collect();
                 i += 1;
                 let values: Vec<String> = inner.split(',').map(|v| v.trim().to_string()).collect();
                 for v in &values {

@@ -334,13 +334,11 @@ impl LocalApiServer {
         namespace: Option<&str>,
         name: &str,
     ) -> bool {
-        let mut store = self.inner.shared.store.lock();
-        let Some(key) = key_of(&store, api_version, kind, namespace, name) else {
-            return false;
-        };
-        let existed = store.remove(&key).is_some();
-        store.settle();
-        existed
+        self.with_key(api_version, kind, namespace, name, |store, key| {
+            let existed = store.remove(key).is_some();
+            store.settle();
+            existed
+        })
     }
 
     /// Backdoor: removes an object without any watch event, as if its
@@ -353,11 +351,26 @@ impl LocalApiServer {
         namespace: Option<&str>,
         name: &str,
     ) -> bool {
+        self.with_key(api_version, kind, namespace, name, |store, key| {
+            store.forget(key)
+        })
+    }
+
+    /// `f` on the store and the key of an object of a served kind; false
+    /// (without calling `f`) for a kind the server does not serve.
+    fn with_key(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+        f: impl FnOnce(&mut Store, &ObjKey) -> bool,
+    ) -> bool {
         let mut store = self.inner.shared.store.lock();
-        let Some(key) = key_of(&store, api_version, kind, namespace, name) else {
-            return false;
-        };
-        store.forget(&key)
+        match key_of(&store, api_version, kind, namespace, name) {
+            Some(key) => f(&mut store, &key),
+            None => false,
+        }
     }
 }
 
@@ -579,11 +592,11 @@ async fn requests(
         let keep_alive = !req.wants_close();
         let reply = match api::admit(shared, &ep.state, &req) {
             Plan::Now(reply) => reply,
-            Plan::Later(delay) => {
+            Plan::Later(delay, call) => {
                 if !delay.is_zero() {
                     tokio::time::sleep(delay).await;
                 }
-                api::handle(shared, &req)
+                api::handle(shared, &call, &req)
             }
         };
         let reusable = match reply {

@@ -6,7 +6,7 @@
 //! Everything sits behind one lock (the server's), so a write, its version
 //! and the events it sends are one step: no watch can see changes out of
 //! order or fall between a list and the watch that follows it. Reads and
-//! writes (the verbs) are in `ops.rs`; this module has what they share.
+//! writes (the verbs) are in `verbs/`; this module has what they share.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ops::Bound;
@@ -262,14 +262,7 @@ impl Store {
                 (rv, Some(after))
             }
             None => {
-                let requested = match opts.resource_version.as_deref() {
-                    None | Some("") | Some("0") => None,
-                    Some(v) => Some(v.parse::<u64>().map_err(|_| {
-                        ApiError::bad_request(format!(
-                            "resourceVersion: Invalid value: {v:?}: must be an unsigned integer"
-                        ))
-                    })?),
-                };
+                let requested = parse_resource_version(opts.resource_version.as_deref())?;
                 let exact = match opts.resource_version_match.as_deref() {
                     None | Some("") => opts.limit.is_some(),
                     Some("Exact") => true,
@@ -435,6 +428,20 @@ impl Store {
             namespace: String::new(),
             name: ns.to_string(),
         })
+    }
+}
+
+/// A list's or watch's `resourceVersion` parameter: `None` for unset, `""`
+/// or `"0"` (the latest state, "any version"), else the version (400 if it
+/// is not an unsigned integer).
+pub(crate) fn parse_resource_version(v: Option<&str>) -> Result<Option<u64>, ApiError> {
+    match v {
+        None | Some("") | Some("0") => Ok(None),
+        Some(v) => v.parse::<u64>().map(Some).map_err(|_| {
+            ApiError::bad_request(format!(
+                "resourceVersion: Invalid value: {v:?}: must be an unsigned integer"
+            ))
+        }),
     }
 }
 

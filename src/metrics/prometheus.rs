@@ -150,8 +150,6 @@ use std::fmt;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-#[cfg(feature = "kube")]
-pub use crate::kube::controller_metrics::{ControllerMetrics, RECONCILE_TIME_BUCKETS};
 use parking_lot::Mutex;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};

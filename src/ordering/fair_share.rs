@@ -493,31 +493,3 @@ impl<K, T, S> fmt::Debug for FairShare<K, T, S> {
             .finish_non_exhaustive()
     }
 }
-
-/// Fair share by namespace for queues of [`ObjectRef`](crate::kube::ObjectRef)s:
-/// cluster-scoped objects (no namespace) form one tenant of their own.
-#[cfg(feature = "kube")]
-pub type ByNamespace<R> = FairShare<crate::kube::ObjectRef<R>, Option<String>>;
-
-#[cfg(feature = "kube")]
-impl<R> FairShare<crate::kube::ObjectRef<R>, Option<String>>
-where
-    R: kube_runtime::reflector::Lookup + ?Sized + 'static,
-{
-    /// Fair share across the keys' namespaces, each of weight 1:
-    /// `FairShare::new(|key| key.namespace.clone())`.
-    ///
-    /// ```
-    /// use k8s_openapi::api::core::v1::ConfigMap;
-    /// use tokio_workqueue::{FairShare, WorkQueue};
-    /// use tokio_workqueue::kube::ObjectRef;
-    ///
-    /// let queue: WorkQueue<ObjectRef<ConfigMap>, _> = WorkQueue::builder()
-    ///     .ordering(FairShare::by_namespace())
-    ///     .build();
-    /// # drop(queue);
-    /// ```
-    pub fn by_namespace() -> Self {
-        FairShare::new(|key: &crate::kube::ObjectRef<R>| key.namespace.clone())
-    }
-}

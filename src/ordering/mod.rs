@@ -109,8 +109,6 @@ mod priorities;
 
 use std::fmt;
 
-#[cfg(feature = "kube")]
-pub use fair_share::ByNamespace;
 pub use fair_share::{FairShare, FairShareEntry};
 pub use fifo::Fifo;
 pub use list::Links;

@@ -2,19 +2,25 @@
 
 use crate::Key;
 use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
 
 use super::queue::{PanicHook, PartitionFn};
 use super::{PartitionPanic, Partitioned, ZeroPartitions};
 use crate::Builder;
-use crate::limiter::{RateLimiter, default_controller_rate_limiter};
+use crate::limiter::RateLimiter;
+use crate::ordering::{Ordering, Priorities};
 
-type Configure<K> = Box<dyn Fn(usize, Builder<K>) -> Builder<K> + Send + Sync>;
+type Configure<K, O> = Box<dyn Fn(usize, Builder<K, O>) -> Builder<K, O> + Send + Sync>;
 
-/// Configures a [`Partitioned`] queue: the name and rate limiter its
-/// partitions share, their starvation bound, anything else per partition, and
-/// a hook told about caught panics.
+/// Configures a [`Partitioned`] queue: the queue every partition is built
+/// from, the partitions' names, anything else per partition, and a hook
+/// told about caught panics.
+///
+/// Made by [`Partitioned::builder`] (default ordering) or by
+/// [`Builder::partitioned`], which starts from a configured queue:
+/// every partition is then built from that [`Builder`], shares its rate
+/// limiter, metrics hook and throttle, keeps its starvation bound and name,
+/// and gets a clone of its ordering.
 ///
 /// ```
 /// use std::time::Duration;
@@ -34,54 +40,70 @@ type Configure<K> = Box<dyn Fn(usize, Builder<K>) -> Builder<K> + Send + Sync>;
 /// assert_eq!(queue.name(), "pods");
 /// assert_eq!(queue.partitions(), 3);
 /// ```
-pub struct PartitionedBuilder<K> {
+pub struct PartitionedBuilder<K, O = Priorities> {
     n: usize,
     partition_fn: PartitionFn<K>,
-    name: String,
-    limiter: Option<Arc<dyn RateLimiter<K>>>,
-    starvation_bound: Option<Duration>,
-    configure: Option<Configure<K>>,
+    base: Builder<K, O>,
+    /// Set by [`name`](Self::name): partition `i` is named `{name}-{i}`.
+    suffixed_name: Option<String>,
+    configure: Option<Configure<K, O>>,
     on_panic: Option<PanicHook<K>>,
 }
 
 impl<K: Key> PartitionedBuilder<K> {
     /// `n` partitions, each key going to partition `partition_fn(&key)`
-    /// (reduced modulo `n`). Nothing else is set: the partitions are unnamed
-    /// and share one [`default_controller_rate_limiter`].
+    /// (reduced modulo `n`). Nothing else is set: the partitions are unnamed,
+    /// use the default ordering and share one
+    /// [`default_controller_rate_limiter`](crate::default_controller_rate_limiter).
     pub fn new(n: usize, partition_fn: impl Fn(&K) -> usize + Send + Sync + 'static) -> Self {
+        Builder::new().partitioned(n, partition_fn)
+    }
+}
+
+impl<K: Key, O: Ordering<K> + Clone> PartitionedBuilder<K, O> {
+    pub(crate) fn from_base(
+        base: Builder<K, O>,
+        n: usize,
+        partition_fn: impl Fn(&K) -> usize + Send + Sync + 'static,
+    ) -> Self {
         PartitionedBuilder {
             n,
             partition_fn: Box::new(partition_fn),
-            name: String::new(),
-            limiter: None,
-            starvation_bound: None,
+            base,
+            suffixed_name: None,
             configure: None,
             on_panic: None,
         }
     }
 
     /// The queue's name. Partition `i` is named `"{name}-{i}"`, the `name`
-    /// label of its metrics; with no name, the partitions are unnamed too.
+    /// label of its metrics, so each partition has series of its own; a
+    /// metrics hook that serves one name only (such as `PrometheusMetrics`)
+    /// is then given per partition with [`configure`](Self::configure).
+    ///
+    /// Without this call the partitions keep the name of the [`Builder`]
+    /// they are built from (unnamed by default) and their series add up as
+    /// one queue's would.
     pub fn name(mut self, name: impl Into<String>) -> Self {
-        self.name = name.into();
+        self.suffixed_name = Some(name.into());
         self
     }
 
     /// The limiter behind rate-limited adds and requeues, shared by all
     /// partitions: a token bucket in it caps the retries of the whole queue,
     /// and per-key backoff works as in one queue. The default is one shared
-    /// [`default_controller_rate_limiter`].
+    /// [`default_controller_rate_limiter`](crate::default_controller_rate_limiter).
     ///
     /// For one limiter per partition, use [`configure`](Self::configure).
     pub fn rate_limiter(mut self, limiter: impl RateLimiter<K>) -> Self {
-        self.limiter = Some(Arc::new(limiter));
+        self.base = self.base.rate_limiter(limiter);
         self
     }
 
     /// The starvation bound of every partition: see
     /// [`Builder::starvation_bound`]. Off by default.
     pub fn starvation_bound(mut self, bound: Duration) -> Self {
-        self.starvation_bound = Some(bound);
+        self.base = self.base.starvation_bound(bound);
         self
     }
 
@@ -91,7 +113,7 @@ impl<K: Key> PartitionedBuilder<K> {
     /// with. Use it for per-partition metrics, throttles or limiters.
     pub fn configure(
         mut self,
-        configure: impl Fn(usize, Builder<K>) -> Builder<K> + Send + Sync + 'static,
+        configure: impl Fn(usize, Builder<K, O>) -> Builder<K, O> + Send + Sync + 'static,
     ) -> Self {
         self.configure = Some(Box::new(configure));
         self
@@ -112,21 +134,22 @@ impl<K: Key> PartitionedBuilder<K> {
 
     /// Builds the `n` partition queues, or refuses `n == 0`. Needs no
     /// runtime until the first delayed add or [`Partitioned::run`].
-    pub fn build(self) -> Result<Partitioned<K>, ZeroPartitions> {
+    pub fn build(self) -> Result<Partitioned<K, O>, ZeroPartitions> {
         if self.n == 0 {
             return Err(ZeroPartitions);
         }
-        let limiter = self
-            .limiter
-            .unwrap_or_else(|| Arc::new(default_controller_rate_limiter()));
-        let queues = (0..self.n)
-            .map(|i| {
-                let mut builder = Builder::new().rate_limiter(limiter.clone());
-                if !self.name.is_empty() {
-                    builder = builder.name(format!("{}-{i}", self.name));
-                }
-                if let Some(bound) = self.starvation_bound {
-                    builder = builder.starvation_bound(bound);
+        let name = match &self.suffixed_name {
+            Some(name) => name.clone(),
+            None => self.base.queue_name().to_owned(),
+        };
+        let queues = self
+            .base
+            .split(self.n)
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut builder)| {
+                if let Some(name) = self.suffixed_name.as_deref().filter(|n| !n.is_empty()) {
+                    builder = builder.name(format!("{name}-{i}"));
                 }
                 if let Some(configure) = &self.configure {
                     builder = configure(i, builder);
@@ -135,7 +158,7 @@ impl<K: Key> PartitionedBuilder<K> {
             })
             .collect();
         Ok(Partitioned::from_parts(
-            self.name,
+            name,
             queues,
             self.partition_fn,
             self.on_panic,
@@ -143,13 +166,12 @@ impl<K: Key> PartitionedBuilder<K> {
     }
 }
 
-impl<K> fmt::Debug for PartitionedBuilder<K> {
+impl<K, O> fmt::Debug for PartitionedBuilder<K, O> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PartitionedBuilder")
             .field("partitions", &self.n)
-            .field("name", &self.name)
-            .field("rate_limiter", &self.limiter.is_some())
-            .field("starvation_bound", &self.starvation_bound)
+            .field("name", &self.suffixed_name)
+            .field("queue", &self.base)
             .field("configure", &self.configure.is_some())
             .field("on_panic", &self.on_panic.is_some())
             .finish_non_exhaustive()

@@ -125,7 +125,6 @@ impl<K: Key> WorkQueue<K> {
     }
 }
 
-/// The message of a panic payload, as the default panic hook prints it.
 /// `route(key) % n`, or, if `route` panicked, the panic's message (the
 /// key then goes to partition 0; what else happens is the caller's).
 pub(crate) fn route_index<K>(
@@ -138,7 +137,20 @@ pub(crate) fn route_index<K>(
         .map_err(|payload| panic_message(&*payload))
 }
 
-pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+/// The message of a caught panic's payload, as the default panic hook
+/// prints it: the `&str` or `String` given to `panic!`, or `Box<dyn Any>`
+/// for any other payload.
+///
+/// The queue reports caught panics with it ([`PartitionPanic::message`]);
+/// it is public for code that catches its own (a controller's reconciles).
+///
+/// ```
+/// use tokio_workqueue::partition::panic_message;
+///
+/// let payload = std::panic::catch_unwind(|| panic!("no node for {}", 7)).unwrap_err();
+/// assert_eq!(panic_message(&*payload), "no node for 7");
+/// ```
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = payload.downcast_ref::<&'static str>() {
         (*s).to_owned()
     } else if let Some(s) = payload.downcast_ref::<String>() {

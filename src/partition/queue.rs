@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::{PanicSource, PartitionPanic, PartitionedBuilder, ZeroPartitions, route_index};
+use crate::ordering::{Ordering as QueueOrdering, Priorities};
 use crate::{AddError, AddOpts, Lane, WorkQueue};
 
 pub(crate) type PartitionFn<K> = Box<dyn Fn(&K) -> usize + Send + Sync>;
@@ -36,13 +37,13 @@ pub(crate) type PanicHook<K> = Box<dyn Fn(&PartitionPanic<K>) + Send + Sync>;
 /// assert_eq!(queue.depths(), [0, 2, 1]);
 /// assert_eq!(queue.len(), 3);
 /// ```
-pub struct Partitioned<K> {
-    inner: Arc<Inner<K>>,
+pub struct Partitioned<K, O: QueueOrdering<K> = Priorities> {
+    inner: Arc<Inner<K, O>>,
 }
 
-struct Inner<K> {
+struct Inner<K, O: QueueOrdering<K>> {
     name: String,
-    queues: Box<[WorkQueue<K>]>,
+    queues: Box<[WorkQueue<K, O>]>,
     partition_fn: PartitionFn<K>,
     on_panic: Option<PanicHook<K>>,
     partition_fn_panics: AtomicU64,
@@ -72,10 +73,12 @@ impl<K: Key> Partitioned<K> {
     ) -> PartitionedBuilder<K> {
         PartitionedBuilder::new(n, partition_fn)
     }
+}
 
+impl<K: Key, O: QueueOrdering<K>> Partitioned<K, O> {
     pub(crate) fn from_parts(
         name: String,
-        queues: Vec<WorkQueue<K>>,
+        queues: Vec<WorkQueue<K, O>>,
         partition_fn: PartitionFn<K>,
         on_panic: Option<PanicHook<K>>,
     ) -> Self {
@@ -105,8 +108,13 @@ impl<K: Key> Partitioned<K> {
 
     /// The partition `key` goes to: `partition_fn(&key) % n`, or 0 if
     /// `partition_fn` panics (which is counted and reported as on an add).
+    /// With one partition the function is not called.
     pub fn partition_of(&self, key: &K) -> usize {
         let n = self.inner.queues.len();
+        if n == 1 {
+            // Nothing to choose: the function is not asked.
+            return 0;
+        }
         match route_index(&*self.inner.partition_fn, key, n) {
             Ok(i) => i,
             Err(message) => {
@@ -126,7 +134,7 @@ impl<K: Key> Partitioned<K> {
     }
 
     /// The queue of `key`'s partition.
-    fn route(&self, key: &K) -> &WorkQueue<K> {
+    fn route(&self, key: &K) -> &WorkQueue<K, O> {
         &self.inner.queues[self.partition_of(key)]
     }
 
@@ -219,8 +227,15 @@ impl<K: Key> Partitioned<K> {
         self.inner.reconcile_panics.load(Ordering::Relaxed)
     }
 
-    /// Partition `i`'s queue.
-    pub(crate) fn queue(&self, i: usize) -> &WorkQueue<K> {
+    /// Partition `i`'s queue, for callers that consume the partitions
+    /// themselves instead of through [`run`](Self::run) (a controller's
+    /// runner does): give each partition one consumer at a time to keep
+    /// its keys in order.
+    ///
+    /// # Panics
+    ///
+    /// If `i >= n`.
+    pub fn queue(&self, i: usize) -> &WorkQueue<K, O> {
         &self.inner.queues[i]
     }
 
@@ -242,7 +257,7 @@ impl<K: Key> Partitioned<K> {
     }
 }
 
-impl<K> Clone for Partitioned<K> {
+impl<K, O: QueueOrdering<K>> Clone for Partitioned<K, O> {
     fn clone(&self) -> Self {
         Partitioned {
             inner: self.inner.clone(),
@@ -250,7 +265,7 @@ impl<K> Clone for Partitioned<K> {
     }
 }
 
-impl<K> fmt::Debug for Partitioned<K> {
+impl<K, O: QueueOrdering<K>> fmt::Debug for Partitioned<K, O> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let inner = &self.inner;
         f.debug_struct("Partitioned")

@@ -12,6 +12,7 @@ use futures_util::FutureExt;
 use tokio::task::{JoinError, JoinHandle};
 
 use super::{Partitioned, panic_message};
+use crate::ordering::{Ordering, Priorities};
 use crate::{AddError, WorkItem, WorkQueue};
 
 /// Where a caught panic happened.
@@ -66,7 +67,7 @@ impl<K: fmt::Debug> fmt::Display for PartitionPanic<K> {
     }
 }
 
-impl<K: Key> Partitioned<K> {
+impl<K: Key, O: Ordering<K>> Partitioned<K, O> {
     /// Spawns one task per partition that hands the partition's keys to
     /// `reconcile` one at a time, and returns a handle to shut them down and
     /// wait for them.
@@ -93,9 +94,9 @@ impl<K: Key> Partitioned<K> {
     /// If called outside a tokio runtime, or if this queue (or a clone of
     /// it) was already run: two tasks on one partition would break its
     /// ordering.
-    pub fn run<F, Fut>(&self, reconcile: F) -> PartitionHandle<K>
+    pub fn run<F, Fut>(&self, reconcile: F) -> PartitionHandle<K, O>
     where
-        F: Fn(WorkItem<K>) -> Fut + Send + Sync + 'static,
+        F: Fn(WorkItem<K, O>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
         assert!(
@@ -118,13 +119,14 @@ impl<K: Key> Partitioned<K> {
 }
 
 /// Partition `i`'s task: its keys, one at a time.
-async fn run_partition<K, F, Fut>(partitioned: Partitioned<K>, i: usize, reconcile: Arc<F>)
+async fn run_partition<K, O, F, Fut>(partitioned: Partitioned<K, O>, i: usize, reconcile: Arc<F>)
 where
     K: Key,
-    F: Fn(WorkItem<K>) -> Fut + Send + Sync + 'static,
+    O: Ordering<K>,
+    F: Fn(WorkItem<K, O>) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    let queue: WorkQueue<K> = partitioned.queue(i).clone();
+    let queue: WorkQueue<K, O> = partitioned.queue(i).clone();
     while let Some(item) = queue.get().await {
         let key = item.key().clone();
         // The call is inside the future, so a panic before the first await
@@ -149,14 +151,14 @@ where
 ///
 /// Awaiting the handle is the same as [`join`](Self::join).
 #[must_use = "dropping the handle leaves the tasks running; shut them down or await them"]
-pub struct PartitionHandle<K> {
-    queue: Partitioned<K>,
+pub struct PartitionHandle<K, O: Ordering<K> = Priorities> {
+    queue: Partitioned<K, O>,
     tasks: Vec<JoinHandle<()>>,
 }
 
-impl<K: Key> PartitionHandle<K> {
+impl<K: Key, O: Ordering<K>> PartitionHandle<K, O> {
     /// The queue the tasks consume, to add keys to.
-    pub fn queue(&self) -> &Partitioned<K> {
+    pub fn queue(&self) -> &Partitioned<K, O> {
         &self.queue
     }
 
@@ -206,7 +208,7 @@ impl<K: Key> PartitionHandle<K> {
     }
 }
 
-impl<K: Key> IntoFuture for PartitionHandle<K> {
+impl<K: Key, O: Ordering<K>> IntoFuture for PartitionHandle<K, O> {
     type Output = Result<(), JoinError>;
     type IntoFuture = Pin<Box<dyn Future<Output = Result<(), JoinError>> + Send>>;
 
@@ -215,7 +217,7 @@ impl<K: Key> IntoFuture for PartitionHandle<K> {
     }
 }
 
-impl<K> fmt::Debug for PartitionHandle<K> {
+impl<K, O: Ordering<K>> fmt::Debug for PartitionHandle<K, O> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let running = self.tasks.iter().filter(|t| !t.is_finished()).count();
         f.debug_struct("PartitionHandle")

@@ -9,11 +9,11 @@ pub const ENV: &str = "TEST_CLUSTER";
 /// An API server the tests can run against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Backend {
-    /// The crate's own in-process API server (`kube-local-apiserver`): fast,
-    /// and the only one with fault injection.
+    /// `kube-local-apiserver`'s in-process API server: fast, and the only
+    /// one with request counts and fault injection.
     Local,
-    /// A real kube-apiserver with an embedded etcd, built from the Go module
-    /// in `test-cluster/go` and run as one child process.
+    /// A real kube-apiserver with an embedded etcd, built from this crate's
+    /// Go module (`go/`) on first use and run as one child process.
     Real,
 }
 

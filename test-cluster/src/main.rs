@@ -1,5 +1,7 @@
-//! `cargo run -p kube-test-cluster`: starts the real test cluster (building
-//! it first if it is not cached), prints where it is, and runs until its
+//! `kube-test-cluster` (`cargo install kube-test-cluster`, or `cargo run -p
+//! kube-test-cluster` in a workspace that has it): starts the real test
+//! cluster (building it first if it is not cached), prints where it is, and
+//! runs until its
 //! standard input closes (Ctrl-D) or it is interrupted (Ctrl-C); then the
 //! cluster stops and its temporary directory goes.
 //!

@@ -27,9 +27,7 @@ const MAX_NAME: usize = 63;
 ///
 /// The backend is started on first use and shared by every test of the
 /// binary; namespaces keep the tests apart. A namespace is not deleted
-/// afterwards: on a real server that needs the namespace controller, which
-/// this cluster does not run, and the whole cluster goes when the test
-/// binary ends.
+/// afterwards: the whole backend goes when the test binary ends.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]

@@ -2,12 +2,13 @@
 //! target directory keyed by the Kubernetes version and a digest of what
 //! goes into the build.
 //!
-//! The first build downloads about 0.8 GB of Go modules and compiles
+//! The first build downloads about 0.7 GB of Go modules and compiles
 //! kube-apiserver, which takes minutes on two cores; after that the cached
 //! binary is reused until the Go sources, `go.sum` or the Go toolchain
 //! change. A file lock makes test binaries that start at the same time build
 //! it once: the others wait and then use the result.
 
+use std::ffi::OsString;
 use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -78,7 +79,21 @@ fn remove_stale_builds(current: &Path) {
 /// is an error, never a reason to skip: a test run that was asked for the
 /// real cluster and quietly did not run it would prove nothing.
 fn find_go() -> Result<PathBuf, String> {
-    if let Some(go) = std::env::var_os(GO_ENV) {
+    find_go_in(
+        std::env::var_os(GO_ENV),
+        std::env::var_os("PATH"),
+        Path::new(GO_FALLBACK),
+    )
+}
+
+/// [`find_go`] with the environment as arguments, so a test can ask what
+/// happens on a machine without Go.
+fn find_go_in(
+    go_env: Option<OsString>,
+    path: Option<OsString>,
+    fallback: &Path,
+) -> Result<PathBuf, String> {
+    if let Some(go) = go_env {
         let go = PathBuf::from(go);
         if go.is_file() {
             return Ok(go);
@@ -86,10 +101,10 @@ fn find_go() -> Result<PathBuf, String> {
         return Err(format!(
             "${GO_ENV} is {}, which is not a file; {}",
             go.display(),
-            NO_GO_HELP
+            no_go_help()
         ));
     }
-    if let Some(path) = std::env::var_os("PATH") {
+    if let Some(path) = path {
         for dir in std::env::split_paths(&path) {
             let candidate = dir.join("go");
             if candidate.is_file() {
@@ -97,17 +112,26 @@ fn find_go() -> Result<PathBuf, String> {
             }
         }
     }
-    if Path::new(GO_FALLBACK).is_file() {
-        return Ok(GO_FALLBACK.into());
+    if fallback.is_file() {
+        return Ok(fallback.into());
     }
     Err(format!(
-        "found no Go: not in ${GO_ENV}, not on PATH, not at {GO_FALLBACK}; {NO_GO_HELP}"
+        "found no Go: not in ${GO_ENV}, not on PATH, not at {}; {}",
+        fallback.display(),
+        no_go_help()
     ))
 }
 
-const NO_GO_HELP: &str = "the real-cluster tests need Go 1.26 or newer to build kube-apiserver \
-    and etcd from test-cluster/go. Install Go (https://go.dev/dl/), put it on PATH or point $GO at \
-    it, or run only the local API server with TEST_CLUSTER=local.";
+fn no_go_help() -> String {
+    format!(
+        "kube-test-cluster's real backend needs Go 1.26 or newer to build kube-apiserver \
+         {KUBERNETES_VERSION} and etcd from its Go module in {}. Install Go \
+         (https://go.dev/dl/), put it on PATH or point ${GO_ENV} at it, or select only the \
+         local API server with {}=local.",
+        go_dir().display(),
+        crate::ENV
+    )
+}
 
 /// The environment every `go` command runs with: the local toolchain only
 /// (never a download of another), and the committed go.mod and go.sum as
@@ -188,7 +212,7 @@ fn build(go: &Path, go_version: &str, binary: &Path) -> Result<(), String> {
     let _ = writeln!(
         std::io::stderr(),
         "kube-test-cluster: building kube-apiserver {KUBERNETES_VERSION} and etcd with {go_version} \
-         into {} (the first build downloads ~0.8 GB of Go modules and takes minutes; it is cached)",
+         into {} (the first build downloads ~0.7 GB of Go modules and takes minutes; it is cached)",
         binary.display()
     );
     let started = Instant::now();
@@ -250,6 +274,34 @@ mod tests {
         for line in replaces {
             assert!(line.trim_end().ends_with(&staging), "{line}");
         }
+    }
+
+    #[test]
+    fn without_go_the_error_says_what_is_missing_and_what_to_do() {
+        let empty =
+            std::env::temp_dir().join(format!("kube-test-cluster-nogo-{}", std::process::id()));
+        fs::create_dir_all(&empty).unwrap();
+        let missing = empty.join("go-is-not-here");
+        let err = find_go_in(None, Some(empty.clone().into_os_string()), &missing).unwrap_err();
+        assert!(
+            err.starts_with("found no Go: not in $GO, not on PATH"),
+            "{err}"
+        );
+        assert!(err.contains("Go 1.26 or newer"), "{err}");
+        assert!(err.contains(&go_dir().display().to_string()), "{err}");
+        assert!(err.contains("TEST_CLUSTER=local"), "{err}");
+
+        let err = find_go_in(Some(missing.clone().into_os_string()), None, &missing).unwrap_err();
+        assert!(
+            err.contains("$GO is ") && err.contains("which is not a file"),
+            "{err}"
+        );
+
+        // Found on PATH before the fallback is looked at.
+        fs::write(empty.join("go"), "").unwrap();
+        let found = find_go_in(None, Some(empty.clone().into_os_string()), &missing).unwrap();
+        assert_eq!(found, empty.join("go"));
+        fs::remove_dir_all(&empty).unwrap();
     }
 
     #[test]

@@ -1,0 +1,170 @@
+//! The counted run most workloads are made of ([`run_counted`]), and the
+//! warm-up and timed runs of a workload with the implementations taking
+//! turns ([`repeat`]).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::go_peers;
+use crate::report::Report;
+use crate::settings::{CONSUMERS, Config, runtime};
+use crate::subjects::{Adder, Subject};
+
+/// Counts processings down to zero and remembers when it got there.
+pub struct Countdown {
+    left: AtomicUsize,
+    end: OnceLock<Instant>,
+    reached: Notify,
+}
+
+impl Countdown {
+    pub fn new(n: usize) -> Self {
+        Countdown {
+            left: AtomicUsize::new(n),
+            end: OnceLock::new(),
+            reached: Notify::new(),
+        }
+    }
+
+    pub fn hit(&self) {
+        if self.left.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let _ = self.end.set(Instant::now());
+            self.reached.notify_one();
+        }
+    }
+
+    pub async fn wait(&self) -> Instant {
+        self.reached.notified().await;
+        *self.end.get().expect("set before the notification")
+    }
+}
+
+/// What [`run_counted`] saw.
+#[derive(Clone, Copy)]
+pub struct Counted {
+    /// The first add.
+    pub start: Instant,
+    /// When the producer's last add returned.
+    pub last_add: Instant,
+    /// When the last key was processed.
+    pub end: Instant,
+    /// Keys not yet processed when the producer's last add returned: how
+    /// far the consumers fell behind (W1's run-to-run spread is mostly
+    /// whether they keep up or not).
+    pub left_at_last_add: usize,
+}
+
+impl Counted {
+    /// Keys processed per second, from the first add to the last key done.
+    pub fn items_per_sec(self, n: usize) -> f64 {
+        n as f64 / (self.end - self.start).as_secs_f64()
+    }
+
+    /// Adds per second while the consumers ran beside the producer.
+    pub fn adds_per_sec(self, n: usize) -> f64 {
+        n as f64 / (self.last_add - self.start).as_secs_f64()
+    }
+
+    /// Keys per second processed after the producer finished: the rate at
+    /// which the consumers alone, on both threads, drained what was left
+    /// (zero when nothing was left).
+    pub fn drain_per_sec(self) -> f64 {
+        let secs = (self.end - self.last_add).as_secs_f64();
+        if self.left_at_last_add == 0 || secs <= 0.0 {
+            0.0
+        } else {
+            self.left_at_last_add as f64 / secs
+        }
+    }
+}
+
+/// One producer adds `keys` with `add(adder, i, key)`; `CONSUMERS` consumers
+/// run `work` on each key handed out.
+pub fn run_counted(
+    subject: &dyn Subject,
+    keys: Vec<String>,
+    add: impl Fn(&dyn Adder, usize, String) + Send + 'static,
+    work: impl Fn(&str) + Send + Sync + 'static,
+) -> Counted {
+    let rt = runtime();
+    rt.block_on(async {
+        let countdown = Arc::new(Countdown::new(keys.len()));
+        let counted = countdown.clone();
+        let running = subject.start(
+            CONSUMERS,
+            Arc::new(move |k: &str| {
+                work(k);
+                counted.hit()
+            }),
+        );
+        let adder = running.adder;
+        let left = countdown.clone();
+        let producer = tokio::spawn(async move {
+            let start = Instant::now();
+            for (i, k) in keys.into_iter().enumerate() {
+                add(&*adder, i, k);
+            }
+            let left_at_last_add = left.left.load(Ordering::Relaxed);
+            (start, Instant::now(), left_at_last_add)
+        });
+        let end = countdown.wait().await;
+        let (start, last_add, left_at_last_add) = producer.await.expect("the producer");
+        Counted {
+            start,
+            last_add,
+            end,
+            left_at_last_add,
+        }
+    })
+}
+
+/// Runs `one(subject)` for a warm-up and `cfg.runs` times, the subjects taking
+/// turns, and records each sample `one` returns under `workload`.
+pub fn repeat(
+    cfg: &Config,
+    report: &mut Report,
+    workload: &str,
+    subjects: &[&dyn Subject],
+    one: impl FnMut(&dyn Subject, bool) -> Vec<(&'static str, f64)>,
+) {
+    repeat_with_go(cfg, report, workload, subjects, None, one)
+}
+
+/// [`repeat`], and after each round of the subjects' runs, a run of each Go
+/// peer on `go`.
+pub fn repeat_with_go(
+    cfg: &Config,
+    report: &mut Report,
+    workload: &str,
+    subjects: &[&dyn Subject],
+    go: Option<go_peers::Run>,
+    mut one: impl FnMut(&dyn Subject, bool) -> Vec<(&'static str, f64)>,
+) {
+    if !cfg.wants(workload) {
+        return;
+    }
+    eprintln!("running {workload}...");
+    for run in 0..=cfg.runs {
+        let warm_up = run == 0;
+        for &subject in subjects {
+            if !cfg.runs_impl(&subject.name()) {
+                continue;
+            }
+            let figures = one(subject, warm_up || cfg.quick);
+            if cfg.verbose {
+                eprintln!("  {workload} {} run {run}: {figures:?}", subject.name());
+            }
+            if !warm_up {
+                for (figure, value) in figures {
+                    report.push(&subject.name(), workload, figure, value);
+                }
+            }
+        }
+        if let Some(go) = go {
+            cfg.go_peers.run(cfg, report, workload, go, run);
+        }
+    }
+}

@@ -1,0 +1,130 @@
+//! Run settings from the command line, the workloads' constants, the
+//! runtime every run gets, and the keys.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::go_peers;
+
+/// Run settings from the command line.
+pub struct Config {
+    pub quick: bool,
+    /// Divides every N (20 in quick mode).
+    pub scale: usize,
+    /// Timed runs after the warm-up.
+    pub runs: usize,
+    /// Substrings of the workload names to run; empty runs all.
+    pub only: Vec<String>,
+    /// `--impl=NAME`: only the implementations whose name contains NAME
+    /// (`--impl=NAME$`: whose name is NAME).
+    pub imp: Option<String>,
+    /// `--verbose`: print every run's figures.
+    pub verbose: bool,
+    /// The Go peers of this sitting (`--no-go`: none).
+    pub go_peers: go_peers::GoPeers,
+}
+
+impl Config {
+    pub fn from_args() -> Self {
+        let mut quick = false;
+        let mut only = Vec::new();
+        let mut imp = None;
+        let mut verbose = false;
+        for arg in std::env::args().skip(1) {
+            match arg.as_str() {
+                "--quick" => quick = true,
+                "--verbose" => verbose = true,
+                a if a.starts_with("--impl=") => imp = Some(a["--impl=".len()..].to_string()),
+                // `cargo bench` passes `--bench`; other flags are not ours.
+                a if a.starts_with('-') => {}
+                a => only.push(a.to_string()),
+            }
+        }
+        Config {
+            quick,
+            scale: if quick { 20 } else { 1 },
+            runs: if quick { 3 } else { 5 },
+            only,
+            imp,
+            verbose,
+            go_peers: go_peers::GoPeers::from_args(),
+        }
+    }
+
+    pub fn wants(&self, workload: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|o| workload.contains(o.as_str()))
+    }
+
+    /// Whether `--impl` selects `name`: by substring, or exactly when the
+    /// pattern ends in `$`.
+    pub fn runs_impl(&self, name: &str) -> bool {
+        match self.imp.as_deref() {
+            None => true,
+            Some(p) => match p.strip_suffix('$') {
+                Some(exact) => name == exact,
+                None => name.contains(p),
+            },
+        }
+    }
+
+    pub fn n(&self, full: usize) -> usize {
+        full / self.scale
+    }
+}
+
+/// The consumers of W1..W4.
+pub const CONSUMERS: usize = 4;
+/// W5: the consumer's time per item, and the starvation bound under test.
+pub const W5_ITEM: Duration = Duration::from_micros(50);
+pub const W5_BOUND: Duration = Duration::from_millis(100);
+pub const W5_LOW: usize = 100;
+pub const W5_AHEAD: Duration = Duration::from_millis(10);
+/// W7: the consumer's time per item, the other tenants and their keys, and
+/// the most hand-outs one of their keys may wait for under fair share.
+pub const W7_ITEM: Duration = Duration::from_micros(50);
+pub const W7_TENANTS: usize = 9;
+pub const W7_PER_TENANT: usize = 10;
+pub const W7_TARGET: f64 = 100.0;
+/// W2: distinct keys, producers.
+pub const W2_KEYS: usize = 1000;
+pub const W2_PRODUCERS: usize = 4;
+/// W4: the priority of key `i` is `W4_PRIORITIES[i % 3]`.
+pub const W4_PRIORITIES: [i32; 3] = [-100, 0, 10];
+
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+}
+
+/// The root crate's folder, where `benches/go-peers` is, whichever crate's
+/// benchmark this is (each binary's `ROOT_DIR`).
+pub fn root_dir() -> &'static Path {
+    Path::new(crate::ROOT_DIR)
+}
+
+/// The workspace's target folder: `CARGO_TARGET_DIR`, else `target/` in
+/// the root crate's folder.
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root_dir().join("target"))
+}
+
+/// Key `i` in the Kubernetes form the workloads use.
+pub fn key(i: usize) -> String {
+    format!("ns-{}/obj-{i}", i % 100)
+}
+
+pub fn keys(range: std::ops::Range<usize>) -> Vec<String> {
+    range.map(key).collect()
+}
+
+/// The number `i` of a key made by [`key`].
+pub fn key_index(key: &str) -> usize {
+    key.rsplit_once('-')
+        .and_then(|(_, i)| i.parse().ok())
+        .expect("a workload key")
+}

@@ -1,0 +1,391 @@
+//! The controller's side of shards: start the membership, filter triggers
+//! to this replica's keys, check each key again when it is handed out,
+//! hold gained keys aside until they are cleared, acknowledge a view once
+//! nothing lost in it is in flight, and fence.
+
+use std::collections::{HashMap, HashSet};
+use std::hash::Hash;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio_workqueue::Key;
+
+use futures_util::FutureExt;
+use futures_util::future;
+use kube_client::Resource;
+use kube_runtime::reflector::{ObjectRef, Store};
+use tokio::sync::watch;
+use tokio::time::{Instant, Sleep, sleep_until};
+use tokio_util::sync::CancellationToken;
+
+use super::at_end::AtEnd;
+use super::watched::Watched;
+use crate::shard::{Declared, Member, Members, Shards, View, object_hash};
+
+/// The hash of the key string the shards use: `namespace/name`, or `name`.
+fn hash_of<K: Resource>(key: &ObjectRef<K>) -> u64 {
+    object_hash(key.namespace.as_deref(), &key.name)
+}
+
+/// The runner's shards.
+pub(crate) struct Sharding<K: Resource>
+where
+    K::DynamicType: Eq + Hash,
+{
+    /// Until the first poll (starting needs a runtime).
+    shards: Option<Shards>,
+    member: Option<Member>,
+    group: String,
+    renew_deadline: Duration,
+    grace: Duration,
+    view: Arc<View>,
+    watched: Option<Watched<Arc<View>>>,
+    /// What this replica is ready to acknowledge, numbered; the membership
+    /// writes it.
+    declared: watch::Sender<Declared>,
+    /// Fires when the last renewal runs out.
+    fence: Option<Pin<Box<Sleep>>>,
+    fenced: bool,
+    /// Keys owned but not cleared yet.
+    parked: HashSet<ObjectRef<K>>,
+    /// Keys in flight, with what cancels them.
+    running: HashMap<ObjectRef<K>, CancellationToken>,
+    /// When reconciles of keys no longer ours (all, once fenced) are
+    /// cancelled.
+    cancel_at: Option<Pin<Box<Sleep>>>,
+    leave: AtEnd,
+    dyntype: K::DynamicType,
+    #[cfg(feature = "prometheus")]
+    metrics: Option<crate::shard::ShardMetrics>,
+}
+
+impl<K> Sharding<K>
+where
+    K: Resource + Clone + Send + Sync + 'static,
+    K::DynamicType: Key,
+{
+    /// `shards`' config must have been validated.
+    pub(crate) fn new(shards: Shards, dyntype: K::DynamicType) -> Self {
+        let config = shards.config();
+        let (declared, _) = watch::channel((0, Members::default()));
+        Sharding {
+            group: config.group().to_string(),
+            renew_deadline: config.renew_deadline(),
+            grace: config.fencing_grace(),
+            view: Arc::new(View::unknown(config.identity().into())),
+            #[cfg(feature = "prometheus")]
+            metrics: shards.gauges().cloned(),
+            shards: Some(shards),
+            member: None,
+            watched: None,
+            declared,
+            fence: None,
+            fenced: true,
+            parked: HashSet::new(),
+            running: HashMap::new(),
+            cancel_at: None,
+            leave: AtEnd::default(),
+            dyntype,
+        }
+    }
+
+    /// Starts the membership on the first call; tells whether the view
+    /// changed (then [`reshard`](Self::reshard)).
+    pub(crate) fn poll(&mut self, cx: &mut Context<'_>) -> bool {
+        let mut changed = false;
+        if let Some(shards) = self.shards.take() {
+            match shards.start(self.declared.subscribe()) {
+                Ok(member) => {
+                    self.watched = Some(Watched::new(member.view.clone()));
+                    self.member = Some(member);
+                }
+                // Validated when the controller was run: cannot happen.
+                Err(error) => tracing::error!(%error, "shards not started"),
+            }
+        }
+        if let Some(watched) = &mut self.watched {
+            watched.poll(cx);
+            let current = watched.receiver().borrow().clone();
+            if !Arc::ptr_eq(&current, &self.view) {
+                self.view = current;
+                changed = true;
+                self.arm_fence();
+            }
+        }
+        changed
+    }
+
+    /// Runs the fence and the cancellation timers; call it after
+    /// [`reshard`](Self::reshard), which may set them.
+    pub(crate) fn poll_timers(&mut self, cx: &mut Context<'_>) {
+        if let Some(fence) = &mut self.fence
+            && fence.as_mut().poll(cx).is_ready()
+        {
+            self.fence = None;
+            self.set_fenced(true);
+        }
+        if let Some(cancel) = &mut self.cancel_at
+            && cancel.as_mut().poll(cx).is_ready()
+        {
+            self.cancel_at = None;
+            for (key, token) in &self.running {
+                if self.fenced || !self.view.owns(hash_of(key)) {
+                    token.cancel();
+                }
+            }
+        }
+    }
+
+    /// Sets the fence timer from the view's last renewal.
+    fn arm_fence(&mut self) {
+        match self.view.renewed {
+            Some(renewed) if Instant::now() < renewed + self.renew_deadline => {
+                self.set_fenced(false);
+                self.fence = Some(Box::pin(sleep_until(renewed + self.renew_deadline)));
+            }
+            _ => {
+                self.fence = None;
+                self.set_fenced(true);
+            }
+        }
+    }
+
+    fn set_fenced(&mut self, fenced: bool) {
+        if fenced && !self.fenced {
+            tracing::warn!(group = %self.group, "could not renew the shard lease by the renew deadline; fencing");
+            self.arm_cancel();
+        } else if !fenced && self.fenced {
+            tracing::debug!(group = %self.group, "shard lease renewed");
+        }
+        self.fenced = fenced;
+    }
+
+    fn arm_cancel(&mut self) {
+        if self.cancel_at.is_none() && !self.running.is_empty() {
+            self.cancel_at = Some(Box::pin(sleep_until(Instant::now() + self.grace)));
+        }
+    }
+
+    /// Whether no reconcile may start: the last renewal ran out.
+    pub(crate) fn fenced(&self) -> bool {
+        self.fenced
+    }
+
+    /// Whether `key` is this replica's to queue.
+    pub(crate) fn owns(&self, key: &ObjectRef<K>) -> bool {
+        self.view.owns(hash_of(key))
+    }
+
+    /// Whether `key` may start now: not fenced (checked against the clock
+    /// too, in case the timer has not run yet), the view has seen every
+    /// declaration sent (so its acknowledgements cover all that may be on
+    /// our Lease), the latest declaration gives it to us, and the view
+    /// clears it.
+    fn may_start(&self, key: u64) -> bool {
+        let declared = self.declared.borrow();
+        !self.fenced
+            && self
+                .view
+                .renewed
+                .is_some_and(|r| Instant::now() < r + self.renew_deadline)
+            && self.view.declared == declared.0
+            && declared.1.gives(key, &self.view.me)
+            && self.view.cleared(key)
+    }
+
+    /// What to do with a key the queue handed out.
+    pub(crate) fn check(&mut self, key: &ObjectRef<K>) -> Check {
+        let hash = hash_of(key);
+        if !self.view.owns(hash) {
+            return Check::NotOurs;
+        }
+        if self.may_start(hash) {
+            Check::Start
+        } else {
+            self.parked.insert(key.clone());
+            Check::Parked
+        }
+    }
+
+    /// A reconcile of `key` starts: what ends it early.
+    pub(crate) fn started(&mut self, key: &ObjectRef<K>) -> Option<ShardStop> {
+        let view = self.watched.as_ref()?.receiver().clone();
+        let token = CancellationToken::new();
+        self.running.insert(key.clone(), token.clone());
+        Some(ShardStop {
+            token,
+            view,
+            renew_deadline: self.renew_deadline,
+            grace: self.grace,
+        })
+    }
+
+    /// A reconcile of `key` ended; acknowledges the view if that was the
+    /// last lost key in flight.
+    pub(crate) fn ended(&mut self, key: &ObjectRef<K>) {
+        self.running.remove(key);
+        self.declare();
+    }
+
+    /// Declares the current view for acknowledgement once nothing it takes
+    /// from this replica is in flight.
+    fn declare(&mut self) {
+        let view = &self.view;
+        // Settled (the usual case): nothing to look through.
+        if self.declared.borrow().1 == view.members {
+            return;
+        }
+        if self.running.keys().all(|k| view.owns(hash_of(k))) {
+            let members = view.members.clone();
+            self.declared.send_if_modified(|(number, declared)| {
+                if *declared == members {
+                    return false;
+                }
+                tracing::debug!(?members, "acknowledging the shard view");
+                *number += 1;
+                *declared = members;
+                true
+            });
+        }
+    }
+
+    /// Works through a new view: parks the keys gained, drops parked keys
+    /// lost, returns the parked keys now cleared (to queue at the low
+    /// priority), arms the cancellation of lost keys in flight, and
+    /// declares the view when it can.
+    pub(crate) fn reshard(&mut self, old: &Members, store: &Store<K>) -> Resharded<K> {
+        let view = self.view.clone();
+        let me = &*view.me;
+        let changed = *old != view.members;
+        #[cfg(feature = "prometheus")]
+        let gauges = self.metrics.is_some();
+        #[cfg(not(feature = "prometheus"))]
+        let gauges = false;
+        // The store is looked through when the members changed (for the
+        // keys gained), or to count the keys owned for the gauge; not on
+        // every round otherwise.
+        let mut owned = 0usize;
+        if changed || gauges {
+            for object in store.state() {
+                let meta = object.meta();
+                let name = meta.name.as_deref().unwrap_or_default();
+                let hash = object_hash(meta.namespace.as_deref(), name);
+                if view.members.gives(hash, me) {
+                    owned += 1;
+                    if changed && !old.gives(hash, me) {
+                        self.parked
+                            .insert(ObjectRef::from_obj_with(&*object, self.dyntype.clone()));
+                    }
+                }
+            }
+        }
+        #[cfg(feature = "prometheus")]
+        if let Some(metrics) = &self.metrics {
+            metrics.set(&self.group, view.members.len(), owned);
+        }
+        if changed {
+            tracing::info!(group = %self.group, members = ?view.members, owned, "shard membership changed");
+            if self.running.keys().any(|k| !view.owns(hash_of(k))) {
+                self.arm_cancel();
+            }
+        }
+        self.declare();
+        let mut cleared = Vec::new();
+        let mut lost = Vec::new();
+        for key in std::mem::take(&mut self.parked) {
+            let hash = hash_of(&key);
+            if !view.owns(hash) {
+                lost.push(key);
+            } else if self.may_start(hash) {
+                cleared.push(key);
+            } else {
+                self.parked.insert(key);
+            }
+        }
+        Resharded { cleared, lost }
+    }
+
+    /// The view's members now (to compare with the next).
+    pub(crate) fn members(&self) -> Members {
+        self.view.members.clone()
+    }
+
+    /// Leaves the group (once the controller is done): ready when the
+    /// Lease is released or there was nothing to release.
+    pub(crate) fn poll_leave(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        self.shards = None;
+        let member = &mut self.member;
+        self.leave
+            .poll(cx, || member.take().map(|m| m.leave().boxed()))
+    }
+}
+
+/// What ends a reconcile of a sharded controller early: the hand-over of
+/// its key (the runner cancels the token a grace after the view that
+/// took the key away), or the fence, which runs in the reconcile's own
+/// task so that it holds even while nobody polls the controller's stream:
+/// a grace after the renew deadline of the last renewal the membership
+/// published.
+pub(crate) struct ShardStop {
+    token: CancellationToken,
+    view: watch::Receiver<Arc<View>>,
+    renew_deadline: Duration,
+    grace: Duration,
+}
+
+impl ShardStop {
+    /// Completes when the reconcile must stop.
+    pub(crate) async fn ended(self) {
+        let ShardStop {
+            token,
+            mut view,
+            renew_deadline,
+            grace,
+        } = self;
+        let fence = async move {
+            loop {
+                let Some(renewed) = view.borrow_and_update().renewed else {
+                    return;
+                };
+                let until = renewed + renew_deadline + grace;
+                if Instant::now() >= until {
+                    return;
+                }
+                let timer = std::pin::pin!(sleep_until(until));
+                let changed = std::pin::pin!(view.changed());
+                match future::select(timer, changed).await {
+                    // Looked at again: a renewal may have come with it.
+                    future::Either::Left(_) | future::Either::Right((Ok(()), _)) => {}
+                    // The membership is gone: nothing renews any more.
+                    future::Either::Right((Err(_), _)) => {
+                        sleep_until(until).await;
+                        return;
+                    }
+                }
+            }
+        };
+        let cancelled = std::pin::pin!(token.cancelled_owned());
+        let fence = std::pin::pin!(fence);
+        future::select(cancelled, fence).await;
+    }
+}
+
+/// Parked keys a new view settled.
+pub(crate) struct Resharded<K: Resource> {
+    /// Cleared: queue them.
+    pub(crate) cleared: Vec<ObjectRef<K>>,
+    /// Another replica's now: forget them.
+    pub(crate) lost: Vec<ObjectRef<K>>,
+}
+
+/// What [`Sharding::check`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Check {
+    /// Reconcile it.
+    Start,
+    /// Another replica owns it now: drop it.
+    NotOurs,
+    /// Ours, but not cleared yet: it waits aside.
+    Parked,
+}
