@@ -85,10 +85,13 @@ pub(crate) type StartTimer<K, O> = fn(&Arc<Shared<K, O>>, &mut State<K, O>) -> R
 
 type AddNow<K, O> = fn(&mut State<K, O>, K, u64, i32, Option<Instant>) -> Result<Effects, Refused>;
 
-/// Rounds of [`Shared::try_lock_spin`]: 2^0 + .. + 2^6 = 127 spin hints,
-/// about a microsecond.
+/// Rounds of [`Shared::try_lock_spin`]: 2^0 + .. + 2^4 = 31 spin hints,
+/// about one critical section. In W1 on a 2-vCPU EPYC VM (noisy runs, see
+/// the handout report) 5 rounds did better than 0, 3 and 7: without a spin
+/// the consumer holding the lock ends up applying the producer's adds; with
+/// a long one both threads burn their time waiting.
 #[cfg(not(tokio_workqueue_loom))]
-const SPIN_ROUNDS: u32 = 7;
+const SPIN_ROUNDS: u32 = 5;
 
 /// An operation that found the lock taken.
 enum Op<K> {
