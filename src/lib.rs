@@ -96,7 +96,6 @@
 
 mod builder;
 mod error;
-mod intake;
 mod item;
 mod key;
 pub mod limiter;

@@ -1,11 +1,10 @@
 //! The queue handle: adds, hand-outs and shutdown.
 //!
 //! A [`WorkQueue`] is a cheap handle to one [`Shared`] state (see
-//! [`crate::shared`] for its lock and intake). Keys are hashed and clocks
-//! read before the lock is taken, and tasks are woken and metrics told after
-//! it is released. A consumer that finds nothing ready parks on a `Notify`,
-//! and each key that becomes ready wakes one parked consumer, never all of
-//! them.
+//! [`crate::shared`]). Keys are hashed and clocks read before the lock is
+//! taken, and tasks are woken and metrics told after it is released. A
+//! consumer that finds nothing ready parks on a `Notify`, and each key that
+//! becomes ready wakes one parked consumer, never all of them.
 
 use crate::Key;
 use std::fmt;

@@ -30,16 +30,6 @@ pub(crate) use tokio::sync::{Notify, futures::OwnedNotified};
 #[cfg(tokio_workqueue_loom)]
 pub(crate) use self::loom_impl::{Mutex, MutexGuard, Notify, OwnedNotified};
 
-/// The atomics of the lock-free intake and the lock handshake
-/// ([`crate::intake`], [`crate::shared`]): loom's under the loom cfg, so the
-/// models explore their orderings too.
-pub(crate) mod atomic {
-    #[cfg(tokio_workqueue_loom)]
-    pub(crate) use loom::sync::atomic::{AtomicUsize, Ordering, fence};
-    #[cfg(not(tokio_workqueue_loom))]
-    pub(crate) use std::sync::atomic::{AtomicUsize, Ordering, fence};
-}
-
 #[cfg(tokio_workqueue_loom)]
 mod loom_impl {
     use std::collections::VecDeque;
@@ -49,17 +39,15 @@ mod loom_impl {
     use std::pin::Pin;
     use std::task::{Context, Poll, Waker};
 
-    /// A lock with `parking_lot`'s API, made of a loom atomic so that loom
-    /// explores a `try_lock` that fails.
+    /// A lock with `parking_lot`'s API, made of a loom atomic: `try_lock`
+    /// a compare-and-swap that can fail, release a store, `lock` waiting on
+    /// a loom condition variable between tries (loom could not explore a
+    /// spin to the end).
     ///
     /// loom's own mutex blocks every thread whose next operation is on a
-    /// held mutex, `try_lock` included, so with it a `try_lock` would only
-    /// ever run on a free lock and the intake (which only a failed
-    /// `try_lock` uses) would go unexplored. Here `try_lock` is a
-    /// compare-and-swap that can fail and release is a store, what a real
-    /// lock does at the level of the memory model; `lock` waits on a loom
-    /// condition variable between tries instead of spinning, which loom
-    /// could not explore to the end.
+    /// held mutex, `try_lock` included, so a `try_lock` that fails would go
+    /// unexplored with it (an earlier intake of this crate was reached only
+    /// through one); this one keeps the models honest if one is used again.
     pub(crate) struct Mutex<T> {
         locked: loom::sync::atomic::AtomicBool,
         data: loom::cell::UnsafeCell<T>,

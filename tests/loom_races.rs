@@ -1,27 +1,21 @@
-//! loom models of the lock-free intake and its handshake (`src/intake.rs`,
-//! `src/shared.rs`): an add, lease end or requeue that finds the lock taken
-//! pushes itself to the intake and returns, and the holder applies it.
+//! loom models of races between producers, lease ends, readers and
+//! shutdown, through the public API: nothing an add or lease end did is lost
+//! or missed by a reader that starts after it returned, each producer's keys
+//! come out in its order, a requeue racing a shutdown ends its lease either
+//! way, and adds racing a shutdown are linearizable.
 //!
-//! The models race such operations against a lock holder so that loom
-//! explores both sides of the handshake (the pusher's push, fence and
-//! try-lock against the holder's release, fence and look at the intake): an
-//! operation left in the intake shows up as a consumer or drain that waits
-//! for ever (loom reports the deadlock), a reader that misses a completed
-//! operation as a failed count, and a shutdown that is not linearizable as
-//! an accepted add that is never handed out.
-//!
-//! Under the loom cfg the state's lock is a loom atomic (see `src/sync.rs`),
-//! so that loom explores a `try_lock` that fails: with loom's own mutex it
-//! never would, and these models would never reach the intake. Checked by
-//! breaking the handshake on purpose: without the holder's second look at
-//! the intake, or without its fence,
-//! `a_dirty_lease_end_wakes_a_parked_consumer` deadlocks.
+//! Written for the lock-free intake an earlier step of this branch had (an
+//! add or lease end that found the lock taken pushed itself for the holder
+//! to apply); breaking that intake's handshake on purpose made
+//! `a_dirty_lease_end_wakes_a_parked_consumer` deadlock under loom. The
+//! intake is gone (see `src/shared.rs`), and the models stay: the claims
+//! they check are the queue's, whatever the lock does.
 //!
 //! Run as `tests/loom_queue.rs` is:
 //!
 //! ```text
 //! RUSTFLAGS="--cfg tokio_workqueue_loom" CARGO_TARGET_DIR=target/loom \
-//!     cargo test --release --test loom_intake
+//!     cargo test --release --test loom_races
 //! ```
 #![cfg(tokio_workqueue_loom)]
 
