@@ -71,8 +71,8 @@ pub(crate) struct Locked<'a, K, O: Ordering<K>> {
     /// `None` only inside `drop`.
     st: Option<MutexGuard<'a, State<K, O>>>,
     fx: Effects,
-    /// Keys of finished leases, dropped outside the lock.
-    forgotten: Vec<K>,
+    /// The key of a finished lease, dropped outside the lock.
+    forgotten: Option<K>,
 }
 
 impl<K: Key, O: Ordering<K>> Shared<K, O> {
@@ -108,7 +108,7 @@ impl<K, O: Ordering<K>> Shared<K, O> {
             shared: self,
             st: Some(self.state.lock()),
             fx: Effects::default(),
-            forgotten: Vec::new(),
+            forgotten: None,
         }
     }
 
@@ -294,7 +294,10 @@ impl<K, O: Ordering<K>> Locked<'_, K, O> {
         let st = self.st.as_mut().expect("locked");
         let (fx, _refused, forgotten) = st.finish(slot, lease, readd, now);
         self.fx.merge(fx);
-        self.forgotten.extend(forgotten);
+        // One lease end per guard: a Vec here cost a heap allocation on
+        // every lease end that forgets its key.
+        debug_assert!(self.forgotten.is_none(), "one lease end per lock");
+        self.forgotten = forgotten;
     }
 }
 
@@ -324,7 +327,7 @@ impl<K, O: Ordering<K>> Drop for Locked<'_, K, O> {
         drop(st);
         self.shared.layout.publish(layout);
         self.shared.apply(std::mem::take(&mut self.fx), wake);
-        drop(std::mem::take(&mut self.forgotten));
+        drop(self.forgotten.take());
     }
 }
 
