@@ -7,6 +7,10 @@
 //! cargo run -p tokio-workqueue-kube --example chaos_soak --features rustls -- --seconds 600 --seed 7
 //! ```
 //!
+//! `--trigger-backoff-ms N` sets a constant backoff after watch errors
+//! (`Controller::trigger_backoff`) instead of kube-runtime's default (800 ms
+//! doubling to 30 s, reset by the next event), to compare recoveries.
+//!
 //! It starts a real cluster of its own (`kube_test_cluster::faults`:
 //! kube-apiserver and etcd built from Go on first use, etcd compacted every
 //! 5 s, the watch cache off so that every resumed watch meets compaction),
@@ -84,6 +88,7 @@ use kube_client::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams}
 use kube_client::{Api, Client, ResourceExt};
 use kube_runtime::controller::Action;
 use kube_runtime::finalizer::{self, Event as Finalizer, finalizer};
+use kube_runtime::utils::Backoff;
 use kube_runtime::watcher;
 use kube_test_cluster::faults::{ChaosCluster, FaultProxy};
 use schemars::JsonSchema;
@@ -99,12 +104,15 @@ use tokio_workqueue_kube::shard::{ShardConfig, Shards};
 
 const USAGE: &str = "\
 usage: chaos_soak [--seconds N] [--seed N] [--keys N] [--rate N] [--watch-cache]
+                  [--trigger-backoff-ms N]
 
 A controller and three shard replicas on a real kube-apiserver of its own,
 a churn writer, and faults (restart, compact, delay, stall, reset, cut) on
 a seeded schedule for --seconds (180); then checks that nothing was lost.
 --watch-cache runs kube-apiserver with its watch cache (off by default, so
-that compaction reaches every resumed watch).";
+that compaction reaches every resumed watch). --trigger-backoff-ms waits a
+constant N ms after a watch error instead of kube-runtime's default backoff
+(800 ms doubling to 30 s), for comparison.";
 
 /// A custom resource the writer churns.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, JsonSchema)]
@@ -147,6 +155,8 @@ struct Options {
     keys: usize,
     rate: f64,
     watch_cache: bool,
+    /// A constant trigger backoff instead of kube-runtime's default.
+    trigger_backoff: Option<Duration>,
 }
 
 impl Options {
@@ -157,6 +167,7 @@ impl Options {
             keys: 40,
             rate: 20.0,
             watch_cache: false,
+            trigger_backoff: None,
         };
         while let Some(arg) = args.next() {
             let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
@@ -170,6 +181,10 @@ impl Options {
                 "--keys" => options.keys = number(&arg, value(&arg)?)?,
                 "--rate" => options.rate = number(&arg, value(&arg)?)?,
                 "--watch-cache" => options.watch_cache = true,
+                "--trigger-backoff-ms" => {
+                    options.trigger_backoff =
+                        Some(Duration::from_millis(number(&arg, value(&arg)?)?));
+                }
                 "-h" | "--help" => return Err(String::new()),
                 other => return Err(format!("unknown argument `{other}`")),
             }
@@ -349,6 +364,20 @@ fn error_policy(_: Arc<Churn>, _: &Error, _: Arc<Ctx>) -> Action {
     Action::requeue(Duration::from_millis(250))
 }
 
+/// The same wait after every watch error (`--trigger-backoff-ms`).
+struct ConstantBackoff(Duration);
+
+impl Iterator for ConstantBackoff {
+    type Item = Duration;
+    fn next(&mut self) -> Option<Duration> {
+        Some(self.0)
+    }
+}
+
+impl Backoff for ConstantBackoff {
+    fn reset(&mut self) {}
+}
+
 /// Keeps the queue's probe, to read its gauges at the end.
 #[derive(Clone, Default)]
 struct ProbeHook(Arc<Mutex<Option<Probe>>>);
@@ -374,6 +403,7 @@ fn spawn_member(
     client: Client,
     proxy: FaultProxy,
     record: Arc<Record>,
+    trigger_backoff: Option<Duration>,
 ) -> Member {
     let probe = ProbeHook::default();
     let errors = Arc::new(AtomicU64::new(0));
@@ -387,6 +417,9 @@ fn spawn_member(
     .graceful_shutdown_on(async move {
         let _ = on_shutdown.await;
     });
+    if let Some(backoff) = trigger_backoff {
+        controller = controller.trigger_backoff(ConstantBackoff(backoff));
+    }
     if !is_controller {
         let config = ShardConfig::new(GROUP, NAMESPACE, name)
             .with_lease_duration(LEASE)
@@ -455,37 +488,34 @@ struct Change {
     fault: Option<usize>,
 }
 
+/// The writer's record, and the switches the fault loop sets.
 #[derive(Default)]
 struct Writes {
     changes: Mutex<Vec<Change>>,
     failed: AtomicU64,
+    /// The fault on now, by index (from its start to its recovery).
+    active: Mutex<Option<usize>>,
+    /// Rest (while the controllers catch up after a fault).
+    paused: AtomicBool,
+    stop: AtomicBool,
 }
 
-async fn churn(
-    api: Api<Churn>,
-    keys: usize,
-    rate: f64,
-    seed: u64,
-    writes: Arc<Writes>,
-    active: Arc<Mutex<Option<usize>>>,
-    stop: Arc<AtomicBool>,
-    paused: Arc<AtomicBool>,
-) {
+async fn churn(api: Api<Churn>, keys: usize, rate: f64, seed: u64, writes: Arc<Writes>) {
     let mut rng = Rng(seed ^ 0x5eed_c4a0);
     let mut views = vec![View::Unknown; keys];
     let mut n = 0u64;
     let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    while !stop.load(Ordering::Relaxed) {
+    while !writes.stop.load(Ordering::Relaxed) {
         tick.tick().await;
-        if paused.load(Ordering::Relaxed) {
+        if writes.paused.load(Ordering::Relaxed) {
             continue;
         }
         let i = rng.below(keys as u64) as usize;
         let name = format!("churn-{i}");
         n += 1;
         let record = |obj: &Churn, kind| {
-            let fault = *active.lock().unwrap();
+            let fault = *writes.active.lock().unwrap();
             writes.changes.lock().unwrap().push(Change {
                 key: obj.name_any(),
                 uid: obj.uid().unwrap_or_default(),
@@ -780,14 +810,19 @@ async fn main() -> Result<ExitCode, Box<dyn std::error::Error>> {
     let api: Api<Churn> = Api::namespaced(direct.clone(), NAMESPACE);
     println!(
         "chaos soak: kube-apiserver at {} (log {}), watch cache {}, etcd compacted every 5 s; \
-         {} s, seed {}, {} keys, {} changes/s",
+         {} s, seed {}, {} keys, {} changes/s, trigger backoff {}",
         cluster.server(),
         cluster.log().display(),
         if options.watch_cache { "on" } else { "off" },
         options.seconds,
         options.seed,
         options.keys,
-        options.rate
+        options.rate,
+        options
+            .trigger_backoff
+            .map_or("kube-runtime's default".to_string(), |d| format!(
+                "{d:?} constant"
+            ))
     );
 
     let controller_record = Arc::new(Record::default());
@@ -801,23 +836,23 @@ async fn main() -> Result<ExitCode, Box<dyn std::error::Error>> {
         } else {
             group_record.clone()
         };
-        members.push(spawn_member(name, client, proxy, record));
+        members.push(spawn_member(
+            name,
+            client,
+            proxy,
+            record,
+            options.trigger_backoff,
+        ));
     }
 
     let start = Instant::now();
     let writes = Arc::new(Writes::default());
-    let active: Arc<Mutex<Option<usize>>> = Arc::default();
-    let stop = Arc::new(AtomicBool::new(false));
-    let paused = Arc::new(AtomicBool::new(false));
     let writer = tokio::spawn(churn(
         api.clone(),
         options.keys,
         options.rate,
         options.seed,
         writes.clone(),
-        active.clone(),
-        stop.clone(),
-        paused.clone(),
     ));
     let samples: Arc<Mutex<Vec<u64>>> = Arc::default();
     let sampler = {
@@ -845,7 +880,7 @@ async fn main() -> Result<ExitCode, Box<dyn std::error::Error>> {
         for kind in round {
             sleep(rng.millis(500, 1500)).await;
             let index = fired.len();
-            *active.lock().unwrap() = Some(index);
+            *writes.active.lock().unwrap() = Some(index);
             let at = start.elapsed();
             let what = match fire(kind, &mut rng, &mut cluster, &members).await {
                 Ok(what) => what,
@@ -857,10 +892,10 @@ async fn main() -> Result<ExitCode, Box<dyn std::error::Error>> {
             let held = start.elapsed() - at;
             // The writer rests while the controllers catch up, so that a
             // key left behind (a failed reconcile not retried) stays behind.
-            paused.store(true, Ordering::Relaxed);
+            writes.paused.store(true, Ordering::Relaxed);
             let recovery = wait_current(&api, &records, RECOVERY_LIMIT, index).await;
-            *active.lock().unwrap() = None;
-            paused.store(false, Ordering::Relaxed);
+            *writes.active.lock().unwrap() = None;
+            writes.paused.store(false, Ordering::Relaxed);
             println!(
                 "{:>7.2} s  {kind:<7} {what}; current again {}",
                 at.as_secs_f64(),
@@ -886,7 +921,7 @@ async fn main() -> Result<ExitCode, Box<dyn std::error::Error>> {
             break;
         }
     }
-    stop.store(true, Ordering::Relaxed);
+    writes.stop.store(true, Ordering::Relaxed);
     let _ = writer.await;
     sampler.abort();
     let run_time = start.elapsed();
