@@ -741,12 +741,13 @@ async fn wait_owed(
     step: &str,
 ) -> Option<()> {
     let mut told = false;
+    let step_start = Instant::now();
     loop {
         owed.retain(|key, (_, v)| records.iter().any(|r| r.reconciled(key) < *v));
         if owed.is_empty() {
             return Some(());
         }
-        if !told && started.elapsed() >= SLOW {
+        if !told && step_start.elapsed() >= SLOW {
             told = true;
             let behind = |r: &Record| {
                 owed.iter()
@@ -755,8 +756,9 @@ async fn wait_owed(
                     .collect::<BTreeSet<&str>>()
             };
             println!(
-                "           still behind {SLOW:?} after the fault's end (objects {step}): \
-                 the controller on {:?}, the group on {:?}",
+                "           still behind {SLOW:?} into the wait for the objects {step} \
+                 ({:.1} s after the fault's end): the controller on {:?}, the group on {:?}",
+                started.elapsed().as_secs_f64(),
                 behind(records[0]),
                 behind(records[1])
             );
