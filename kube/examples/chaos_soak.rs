@@ -69,9 +69,10 @@
 //!
 //! It prints, per fault kind: how many fired, the longest time from a
 //! fault's end to the controllers being current again, the changes the
-//! writer made while such a fault was on (from its start to that
-//! recovery) and how many of those were lost (never reconciled: must be
-//! 0), and exits with status 1 on any miss.
+//! writer made from the start of such a fault to the start of the next
+//! (during the fault, and after the recovery; the writer rests during the
+//! recovery itself) and how many of those were lost (never reconciled:
+//! must be 0), and exits with status 1 on any miss.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::convert::Infallible;
@@ -484,7 +485,8 @@ struct Change {
     uid: String,
     version: u64,
     kind: ChangeKind,
-    /// The fault that was on (from its start to its recovery), by index.
+    /// The last fault that started before it, by index: the change was
+    /// made during that fault, its recovery or the rest before the next.
     fault: Option<usize>,
 }
 
@@ -493,7 +495,7 @@ struct Change {
 struct Writes {
     changes: Mutex<Vec<Change>>,
     failed: AtomicU64,
-    /// The fault on now, by index (from its start to its recovery).
+    /// The last fault that started, by index.
     active: Mutex<Option<usize>>,
     /// Rest (while the controllers catch up after a fault).
     paused: AtomicBool,
@@ -896,7 +898,6 @@ async fn main() -> Result<ExitCode, Box<dyn std::error::Error>> {
             // key left behind (a failed reconcile not retried) stays behind.
             writes.paused.store(true, Ordering::Relaxed);
             let recovery = wait_current(&api, &records, RECOVERY_LIMIT, index).await;
-            *writes.active.lock().unwrap() = None;
             writes.paused.store(false, Ordering::Relaxed);
             println!(
                 "{:>7.2} s  {kind:<7} {what}; current again {}",
