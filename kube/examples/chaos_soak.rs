@@ -1151,7 +1151,7 @@ async fn main() -> Result<ExitCode, Box<dyn std::error::Error>> {
         };
         println!(
             "  {:<8} {:>5}  {:>16}  {:>12}  {:>12}  {:>4}",
-            row.map_or("(none)".to_string(), |k| k.to_string()),
+            row.map_or("(start)".to_string(), |k| k.to_string()),
             if row.is_some() {
                 of_kind.len().to_string()
             } else {
