@@ -504,7 +504,8 @@ struct Writes {
 
 async fn churn(api: Api<Churn>, keys: usize, rate: f64, seed: u64, writes: Arc<Writes>) {
     let mut rng = Rng(seed ^ 0x5eed_c4a0);
-    let mut views = vec![View::Unknown; keys];
+    // A fresh cluster: none of the objects exists yet.
+    let mut views = vec![View::Absent; keys];
     let mut n = 0u64;
     let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -720,12 +721,22 @@ async fn wait_current(
         Patch::Merge(json!({ "metadata": { "annotations": { PROBE: probe.to_string() } } }));
     let mut owed = HashMap::new();
     for o in list(api, deadline.saturating_duration_since(Instant::now())).await? {
-        // An object deleted meanwhile is NotFound: nothing owed.
-        if let Ok(o) = api
-            .patch(&o.name_any(), &PatchParams::default(), &patch)
-            .await
-        {
-            owed.insert(o.name_any(), (o.uid().unwrap_or_default(), version(&o)));
+        // Retried until it is written: a touch lost to a broken connection
+        // would make the wait vacuous. An object deleted meanwhile is
+        // NotFound: nothing owed.
+        loop {
+            match api
+                .patch(&o.name_any(), &PatchParams::default(), &patch)
+                .await
+            {
+                Ok(o) => {
+                    owed.insert(o.name_any(), (o.uid().unwrap_or_default(), version(&o)));
+                    break;
+                }
+                Err(kube_client::Error::Api(e)) if e.code == 404 => break,
+                Err(_) if Instant::now() < deadline => sleep(Duration::from_millis(100)).await,
+                Err(_) => return None,
+            }
         }
     }
     wait_owed(api, records, owed, deadline, started, "touched").await?;
@@ -869,6 +880,16 @@ async fn main() -> Result<ExitCode, Box<dyn std::error::Error>> {
             }
         })
     };
+
+    // Faults start once there is something to lose: as many changes as
+    // keys.
+    let warm_up = Instant::now();
+    while writes.changes.lock().unwrap().len() < options.keys {
+        if warm_up.elapsed() >= RECOVERY_LIMIT {
+            return Err("the writer made no changes: is the API server answering?".into());
+        }
+        sleep(Duration::from_millis(50)).await;
+    }
 
     // The faults, in shuffled rounds of every kind, until the time is up
     // and the round is complete.
