@@ -223,6 +223,10 @@ impl ChaosCluster {
 
     /// A client configuration straight to the API server, read from the
     /// kubeconfig as any kube-client program would.
+    ///
+    /// # Panics
+    ///
+    /// If the kubeconfig the cluster wrote cannot be read.
     pub async fn client_config(&self) -> kube_client::Config {
         let kubeconfig = Kubeconfig::read_from(&self.kubeconfig)
             .unwrap_or_else(|e| panic!("reading {}: {e}", self.kubeconfig.display()));
@@ -237,6 +241,10 @@ impl ChaosCluster {
     /// A client configuration that reaches the API server through `proxy`
     /// (which must forward to [`addr`](ChaosCluster::addr)); TLS is
     /// verified as usual, since the serving certificate names 127.0.0.1.
+    ///
+    /// # Panics
+    ///
+    /// As [`client_config`](ChaosCluster::client_config).
     pub async fn client_config_via(&self, proxy: &FaultProxy) -> kube_client::Config {
         let mut config = self.client_config().await;
         config.cluster_url = format!("https://{}", proxy.addr())
