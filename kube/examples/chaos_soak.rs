@@ -244,6 +244,8 @@ struct Record {
     runs: Mutex<Vec<Run>>,
     /// Per key, the highest resourceVersion a successful reconcile saw.
     reconciled: Mutex<HashMap<String, u64>>,
+    /// Per key, failures since its last success, and the last error.
+    failing: Mutex<HashMap<String, (u32, String)>>,
 }
 
 /// A reconcile in progress: writes its end when dropped (at its end, or
@@ -264,6 +266,7 @@ impl Drop for Running {
             (run.key.clone(), run.version)
         };
         if self.ok {
+            self.record.failing.lock().unwrap().remove(&key);
             let mut reconciled = self.record.reconciled.lock().unwrap();
             let best = reconciled.entry(key).or_default();
             *best = (*best).max(version);
@@ -361,7 +364,11 @@ async fn reconcile(obj: Arc<Churn>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     result
 }
 
-fn error_policy(_: Arc<Churn>, _: &Error, _: Arc<Ctx>) -> Action {
+fn error_policy(obj: Arc<Churn>, error: &Error, ctx: Arc<Ctx>) -> Action {
+    let mut failing = ctx.record.failing.lock().unwrap();
+    let entry = failing.entry(obj.name_any()).or_default();
+    entry.0 += 1;
+    entry.1 = format!("{} at v{}: {error}", ctx.replica, version(&obj));
     Action::requeue(Duration::from_millis(250))
 }
 
@@ -763,10 +770,16 @@ async fn wait_owed(
         if !told && step_start.elapsed() >= SLOW {
             told = true;
             let behind = |r: &Record| {
+                let failing = r.failing.lock().unwrap();
                 owed.iter()
                     .filter(|(key, (_, v))| r.reconciled(key) < *v)
-                    .map(|(key, _)| key.as_str())
-                    .collect::<BTreeSet<&str>>()
+                    .map(|(key, _)| match failing.get(key) {
+                        Some((n, last)) => {
+                            format!("{key} ({n} failures in a row, the last {last})")
+                        }
+                        None => key.clone(),
+                    })
+                    .collect::<BTreeSet<String>>()
             };
             println!(
                 "           still behind {SLOW:?} into the wait for the objects {step} \
