@@ -33,9 +33,18 @@ type apiServer struct {
 // server was ready.
 var errStopRequested = errors.New("stop requested before the cluster was ready")
 
+// faultOptions are the settings a fault test chooses: how often
+// kube-apiserver compacts etcd, whether it serves watches from its watch
+// cache, and the port it listens on (0: one the kernel picks).
+type faultOptions struct {
+	compactionInterval time.Duration
+	watchCache         bool
+	port               int
+}
+
 // apiServerFlags are the kube-apiserver command-line flags the cluster runs
 // with, so what runs here is what `kube-apiserver <flags>` would run.
-func apiServerFlags(dir, etcd string, c *credentials) []string {
+func apiServerFlags(dir, etcd string, c *credentials, o faultOptions) []string {
 	return []string{
 		"--etcd-servers=" + etcd,
 		"--bind-address=127.0.0.1",
@@ -55,23 +64,30 @@ func apiServerFlags(dir, etcd string, c *credentials) []string {
 		// The endpoint of the "kubernetes" Service would be a loopback
 		// address, which Endpoints validation rejects.
 		"--endpoint-reconciler-type=none",
+		// kube-apiserver's own default is 5m; a fault test asks for
+		// seconds, so that resumed watches meet compacted revisions.
+		"--etcd-compaction-interval=" + o.compactionInterval.String(),
+		fmt.Sprintf("--watch-cache=%t", o.watchCache),
 	}
 }
 
-// startAPIServer starts kube-apiserver on a listener the kernel gave a free
-// loopback port, the way cmd/kube-apiserver does apart from that listener
+// startAPIServer starts kube-apiserver on a loopback listener (on
+// o.port, or a free port the kernel gives when it is 0), the way cmd/kube-apiserver does apart from that listener
 // and the signal handling (this process handles signals itself).
-func startAPIServer(ctx context.Context, dir, etcd string, c *credentials) (*apiServer, error) {
+func startAPIServer(ctx context.Context, dir, etcd string, c *credentials, o faultOptions) (*apiServer, error) {
 	s := options.NewServerRunOptions()
 	fs := pflag.NewFlagSet("kube-apiserver", pflag.ContinueOnError)
 	for _, f := range s.Flags().FlagSets {
 		fs.AddFlagSet(f)
 	}
-	if err := fs.Parse(apiServerFlags(dir, etcd, c)); err != nil {
+	if err := fs.Parse(apiServerFlags(dir, etcd, c, o)); err != nil {
 		return nil, fmt.Errorf("kube-apiserver flags: %w", err)
 	}
 
-	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	// Go's listeners set SO_REUSEADDR, so a restarted cluster gets its
+	// port back at once even with connections of its previous run in
+	// TIME_WAIT.
+	listener, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", o.port))
 	if err != nil {
 		return nil, fmt.Errorf("listen on a loopback port: %w", err)
 	}

@@ -9,11 +9,13 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"math/big"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -37,7 +39,8 @@ type credentials struct {
 
 // writeCredentials generates a CA, a serving certificate for 127.0.0.1 and
 // localhost signed by it, a service account key and an admin token, and
-// writes them into dir. Nothing is reused between runs.
+// writes them into dir. A kept data directory reuses them instead
+// (loadCredentials).
 func writeCredentials(dir string) (*credentials, error) {
 	now := time.Now()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -124,6 +127,37 @@ func writeCredentials(dir string) (*credentials, error) {
 		}
 	}
 	return c, nil
+}
+
+// loadCredentials reads the credentials an earlier run wrote into dir (a
+// kept data directory), or returns nil if there are none.
+func loadCredentials(dir string) (*credentials, error) {
+	tokenFile := filepath.Join(dir, "tokens.csv")
+	tokens, err := os.ReadFile(tokenFile)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	token, _, ok := strings.Cut(string(tokens), ",")
+	if !ok || token == "" {
+		return nil, fmt.Errorf("%s: no token", tokenFile)
+	}
+	caFile := filepath.Join(dir, "ca.crt")
+	caPEM, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, err
+	}
+	return &credentials{
+		caFile:    caFile,
+		caPEM:     caPEM,
+		tlsCert:   filepath.Join(dir, "apiserver.crt"),
+		tlsKey:    filepath.Join(dir, "apiserver.key"),
+		saKey:     filepath.Join(dir, "service-account.key"),
+		tokenFile: tokenFile,
+		token:     token,
+	}, nil
 }
 
 func ecKeyPEM(key *ecdsa.PrivateKey) ([]byte, error) {

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"net/url"
 	"path/filepath"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/server/v3/embed"
 )
 
@@ -16,9 +18,24 @@ type etcdServer struct {
 	endpoint string
 	// failed reports an error etcd hit while running.
 	failed <-chan error
+	// etcd is the embedded server, for compaction on request.
+	etcd *embed.Etcd
 }
 
-// startEtcd starts etcd with its data under dir and returns once it serves
+// compact compacts etcd's history up to its current revision, as
+// kube-apiserver's periodic compaction does, and returns that revision:
+// afterwards a watch or a list from an older resourceVersion that reaches
+// etcd gets 410 Gone.
+func (s *etcdServer) compact(ctx context.Context) (int64, error) {
+	rev := s.etcd.Server.KV().Rev()
+	if _, err := s.etcd.Server.Compact(ctx, &pb.CompactionRequest{Revision: rev, Physical: true}); err != nil {
+		return 0, fmt.Errorf("compact at revision %d: %w", rev, err)
+	}
+	return rev, nil
+}
+
+// startEtcd starts etcd with its data under dir (a data directory left by
+// an earlier run is reopened, its data kept) and returns once it serves
 // clients. Its ports are chosen by the kernel (port 0), so two clusters on
 // one machine never collide. fsync is off: the data lives only as long as
 // the tests, and fsync on a shared disk would make every write slow.
@@ -56,5 +73,6 @@ func startEtcd(dir string) (*etcdServer, error) {
 	return &etcdServer{
 		endpoint: "http://" + e.Clients[0].Addr().String(),
 		failed:   e.Err(),
+		etcd:     e,
 	}, nil
 }

@@ -11,7 +11,13 @@
 //	{"ready":true,"kubeconfig":"/tmp/test-cluster-1/kubeconfig","server":"https://127.0.0.1:40123",...}
 //
 // It then runs until its standard input reaches end of file, or it gets
-// SIGTERM or SIGINT, and exits after removing the temporary directory. The
+// SIGTERM or SIGINT, and exits after removing the temporary directory.
+// While it runs, it reads commands from standard input, one a line, and
+// answers each with one JSON line on stdout:
+//
+//	compact    compacts etcd up to its current revision: {"compacted":REV}
+//
+// (an unknown command or a failure answers {"error":"..."}). The
 // standard-input rule is what makes it safe for a test harness: the harness
 // keeps the write end of a pipe open, and when the harness exits for any
 // reason (even SIGKILL) the kernel closes it, so the cluster never outlives
@@ -19,17 +25,26 @@
 //
 // Usage:
 //
-//	test-cluster [-dir DIR] [-ready-timeout 60s]
+//	test-cluster [-dir DIR | -data DIR] [-port N] [-ready-timeout 60s]
+//	             [-etcd-compaction-interval 5m] [-watch-cache=true]
 //
 // Run by hand, it stops on Ctrl-D or Ctrl-C.
+//
+// For fault tests, -data names the directory to use instead of a temporary
+// one: created if missing, reused (etcd's data, the credentials, the
+// serving certificate) if it holds an earlier run's. Like a temporary
+// directory it is removed when the cluster stops in order (standard input
+// closed, a signal), but not when it is killed (SIGKILL), so a harness
+// can kill the cluster and start it again on its data; -port keeps the API server's
+// port across such restarts, so clients reconnect to the same address.
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -56,34 +71,53 @@ type ready struct {
 
 func main() {
 	parent := flag.String("dir", "", "parent of the temporary directory (default: the system's)")
+	data := flag.String("data", "", "the directory for the cluster's data instead of a temporary one, reused if it holds an earlier run's (removed at an orderly stop, kept if killed)")
 	readyTimeout := flag.Duration("ready-timeout", 60*time.Second, "how long to wait for /readyz")
+	var o faultOptions
+	flag.IntVar(&o.port, "port", 0, "the API server's loopback port (0: a free one)")
+	flag.DurationVar(&o.compactionInterval, "etcd-compaction-interval", 5*time.Minute, "kube-apiserver's --etcd-compaction-interval")
+	flag.BoolVar(&o.watchCache, "watch-cache", true, "kube-apiserver's --watch-cache")
 	flag.Parse()
 
-	if err := run(*parent, *readyTimeout); err != nil {
+	if err := run(*parent, *data, *readyTimeout, o); err != nil {
 		fmt.Fprintf(os.Stderr, "test-cluster: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(parent string, readyTimeout time.Duration) error {
+func run(parent, data string, readyTimeout time.Duration, o faultOptions) error {
 	start := time.Now()
-	dir, err := os.MkdirTemp(parent, "test-cluster-")
-	if err != nil {
-		return fmt.Errorf("temporary directory: %w", err)
+	dir := data
+	if data != "" {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return fmt.Errorf("data directory: %w", err)
+		}
+	} else {
+		var err error
+		dir, err = os.MkdirTemp(parent, "test-cluster-")
+		if err != nil {
+			return fmt.Errorf("temporary directory: %w", err)
+		}
 	}
-	// Every way out of here removes the directory: errors return through
-	// this defer, and a stop request exits through stop().
+	// Every way out of here but SIGKILL removes the directory: errors
+	// return through this defer, and a stop request exits through stop().
 	defer removeAll(dir)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	stopRequested := make(chan string, 3)
-	go watchStdin(stopRequested)
+	commands := make(chan string)
+	go watchStdin(stopRequested, commands)
 	go watchSignals(stopRequested)
 
-	creds, err := writeCredentials(dir)
+	creds, err := loadCredentials(dir)
 	if err != nil {
 		return err
+	}
+	if creds == nil {
+		if creds, err = writeCredentials(dir); err != nil {
+			return err
+		}
 	}
 
 	etcd, err := startEtcd(dir)
@@ -93,7 +127,7 @@ func run(parent string, readyTimeout time.Duration) error {
 	etcdReady := time.Since(start)
 
 	apiStart := time.Now()
-	api, err := startAPIServer(ctx, dir, etcd.endpoint, creds)
+	api, err := startAPIServer(ctx, dir, etcd.endpoint, creds, o)
 	if err != nil {
 		return err
 	}
@@ -128,16 +162,38 @@ func run(parent string, readyTimeout time.Duration) error {
 	}
 	fmt.Println(string(line))
 
-	select {
-	case why := <-stopRequested:
-		fmt.Fprintf(os.Stderr, "test-cluster: stopping (%s)\n", why)
-	case err := <-api.done:
-		return fmt.Errorf("kube-apiserver stopped: %v", err)
-	case err := <-etcd.failed:
-		return fmt.Errorf("etcd stopped: %v", err)
+	for {
+		select {
+		case why := <-stopRequested:
+			fmt.Fprintf(os.Stderr, "test-cluster: stopping (%s)\n", why)
+			stop(dir)
+			return nil
+		case command := <-commands:
+			answer(ctx, command, etcd)
+		case err := <-api.done:
+			return fmt.Errorf("kube-apiserver stopped: %v", err)
+		case err := <-etcd.failed:
+			return fmt.Errorf("etcd stopped: %v", err)
+		}
 	}
-	stop(dir)
-	return nil
+}
+
+// answer runs one command read from standard input and prints its answer,
+// one JSON line on stdout.
+func answer(ctx context.Context, command string, etcd *etcdServer) {
+	var reply any
+	switch command {
+	case "compact":
+		if rev, err := etcd.compact(ctx); err != nil {
+			reply = map[string]string{"error": err.Error()}
+		} else {
+			reply = map[string]int64{"compacted": rev}
+		}
+	default:
+		reply = map[string]string{"error": fmt.Sprintf("unknown command %q", command)}
+	}
+	line, _ := json.Marshal(reply)
+	fmt.Println(string(line))
 }
 
 // stop ends the process without the API server's graceful shutdown, which
@@ -160,10 +216,16 @@ func removeAll(dir string) {
 	}
 }
 
-// watchStdin reports when standard input ends: the harness that started us
-// closed it, or died.
-func watchStdin(stopRequested chan<- string) {
-	_, _ = io.Copy(io.Discard, os.Stdin)
+// watchStdin passes on the commands read from standard input, one a line,
+// and reports when it ends: the harness that started us closed it, or
+// died.
+func watchStdin(stopRequested chan<- string, commands chan<- string) {
+	lines := bufio.NewScanner(os.Stdin)
+	for lines.Scan() {
+		if command := lines.Text(); command != "" {
+			commands <- command
+		}
+	}
 	stopRequested <- "standard input closed"
 }
 

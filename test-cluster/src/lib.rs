@@ -31,6 +31,13 @@
 //!   runs one by hand.
 //! * **CRDs**: [`install_crd`] creates one through apiextensions and waits
 //!   until it is Established, on either backend.
+//! * **Faults on the real API server** ([`faults`]): a cluster of a test's
+//!   own ([`faults::ChaosCluster`]) that restarts with its data kept
+//!   (every watch breaks at once), compacts etcd on request or every few
+//!   seconds (resumed watches get 410 Gone), and a loopback TCP proxy per
+//!   client ([`faults::FaultProxy`]) that delays, stalls (half-open),
+//!   resets and cuts its connections, so one replica can lose the API
+//!   server while the others keep it.
 //!
 //! ```no_run
 //! use k8s_openapi::api::core::v1::ConfigMap;
@@ -99,15 +106,17 @@
 //!   admission plugin is off.
 //! * One Kubernetes version ([`KUBERNETES_VERSION`]), the one its Go module
 //!   pins.
-//! * Fault injection and request counts are the local backend's only
-//!   ([`TestNamespace::local`]); a test that needs them runs on the local
-//!   backend alone. Where the local server differs from kube-apiserver is
+//! * Request counts and request-level fault injection (a given verb
+//!   failing, a watch ending with a given error) are the local backend's
+//!   only ([`TestNamespace::local`]); on the real backend the faults are
+//!   those of [`faults`]: process restarts, compaction and the network. Where the local server differs from kube-apiserver is
 //!   listed in [`kube_local_apiserver`]'s documentation.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
 mod backend;
 mod crd;
+pub mod faults;
 mod local;
 mod namespace;
 mod real;

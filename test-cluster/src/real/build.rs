@@ -41,6 +41,7 @@ pub(crate) fn binary() -> Result<PathBuf, String> {
     let cache = cache_root().join(format!("{KUBERNETES_VERSION}-{key}"));
     let binary = cache.join("test-cluster");
     if binary.is_file() {
+        mark_used(&cache);
         return Ok(binary);
     }
 
@@ -54,13 +55,25 @@ pub(crate) fn binary() -> Result<PathBuf, String> {
         return Ok(binary);
     }
     build(&go, go_version.trim(), &binary)?;
+    mark_used(&cache);
     remove_stale_builds(&cache);
     Ok(binary)
 }
 
+/// A build not used for this long is removed when another is made.
+const STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// Notes that the build in `cache` was used now (its `last-used` file).
+fn mark_used(cache: &Path) {
+    let _ = fs::write(cache.join("last-used"), b"");
+}
+
 /// Removes the builds of other keys (earlier sources or toolchains) beside
-/// `current`: each is a 170 MB binary nobody will run again. A test binary
-/// still running one keeps it open, which Linux allows.
+/// `current` that were not used for a day: each is a 170 MB binary nobody
+/// will run again. Builds used more recently stay: a target directory
+/// shared by several checkouts (branches with different Go sources) would
+/// otherwise rebuild each time another checkout ran. A test binary still
+/// running one keeps it open, which Linux allows.
 fn remove_stale_builds(current: &Path) {
     let Some(root) = current.parent() else { return };
     let Ok(entries) = fs::read_dir(root) else {
@@ -69,7 +82,12 @@ fn remove_stale_builds(current: &Path) {
     for entry in entries.flatten() {
         let path = entry.path();
         let is_build = entry.file_name().to_string_lossy().starts_with('v');
-        if is_build && path != current && path.is_dir() {
+        let recent = fs::metadata(path.join("last-used"))
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age < STALE_AFTER);
+        if is_build && path != current && path.is_dir() && !recent {
             let _ = fs::remove_dir_all(&path);
         }
     }

@@ -3,14 +3,14 @@
 //! per test binary ([`process`]).
 
 mod build;
-mod process;
+pub(crate) mod process;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-pub(crate) use build::KUBERNETES_VERSION;
+pub(crate) use build::{KUBERNETES_VERSION, binary, cache_root};
 
 /// The running real cluster of this process: kube-apiserver and etcd in
 /// one child process, started on first use and stopped when the process
@@ -95,7 +95,8 @@ fn start() -> Result<RealCluster, String> {
     let binary = build::binary()?;
     let build_time = started.elapsed();
     let started = Instant::now();
-    let run = process::start(&binary, &build::cache_root().join("logs"))?;
+    let log = process::log_path(&build::cache_root().join("logs"), "")?;
+    let run = process::start(&binary, &[], &log)?;
     let cluster = RealCluster {
         kubeconfig: run.kubeconfig,
         server: run.server,
