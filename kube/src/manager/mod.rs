@@ -23,7 +23,7 @@
 //! - **one endpoint** ([`Manager::serve`]): `/healthz`, `/readyz` and
 //!   `/metrics` on one listener (see the table below).
 //!
-//! Each controller is an ordinary [`Controller`](crate::Controller) made by
+//! Each controller is an ordinary [`Controller`] made by
 //! [`Manager::controller`] (or [`controller_for`](Manager::controller_for)),
 //! configured as usual, run with its reconciler as usual, and its result
 //! stream handed to [`Manager::add`] under a name. The result streams stay
