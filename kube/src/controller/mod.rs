@@ -8,6 +8,7 @@ pub(crate) mod metrics;
 mod run;
 mod settings;
 mod sharding;
+mod strip;
 mod triggers;
 mod watched;
 
@@ -98,6 +99,10 @@ where
     partition: Option<(usize, PartitionFn<ObjectRef<K>>)>,
     leader: Option<LeaderElection>,
     shards: Option<Shards>,
+    /// Set by [`strip_managed_fields`](Controller::strip_managed_fields):
+    /// the switch the main watcher's events are stripped by (`None` for
+    /// [`for_stream`](Controller::for_stream), whose store the caller fills).
+    strip: Option<strip::StripSwitch>,
     #[cfg(feature = "prometheus")]
     metrics: Option<crate::metrics::ControllerMetrics>,
 }
@@ -168,8 +173,12 @@ where
         dyntype: K::DynamicType,
     ) -> Self {
         let reader = writer.as_reader();
+        let switch = strip::StripSwitch::default();
+        let events = switch.apply(events);
         let main = triggers::main_events(reflector(writer, events), dyntype.clone());
-        Self::with_main(main, reader, dyntype)
+        let mut controller = Self::with_main(main, reader, dyntype);
+        controller.strip = Some(switch);
+        controller
     }
 
     /// A controller fed by a stream of `K` objects that you reflect into
@@ -218,6 +227,7 @@ where
             partition: None,
             leader: None,
             shards: None,
+            strip: None,
             #[cfg(feature = "prometheus")]
             metrics: None,
         }
@@ -550,6 +560,7 @@ where
             partition: self.partition,
             leader: self.leader,
             shards: self.shards,
+            strip: self.strip,
             #[cfg(feature = "prometheus")]
             metrics: self.metrics,
         }
@@ -559,6 +570,32 @@ where
     #[must_use]
     pub fn priorities(mut self, priorities: WatchPriorities) -> Self {
         self.priorities = priorities;
+        self
+    }
+
+    /// Removes `metadata.managedFields` from every object of the main watcher
+    /// before it enters the reflector store: controller-runtime's
+    /// `cache.TransformStripManagedFields()`. The store then holds less
+    /// (managedFields is often the largest part of a small object's
+    /// metadata), and the reconciler's view changes accordingly: the object
+    /// it is handed (and every object read from [`store`](Self::store)) has
+    /// `managed_fields` set to `None`, whatever the API server holds. Fine for
+    /// a reconciler that never reads managedFields, which is nearly every
+    /// one: server-side apply and patches do not need it on the client.
+    ///
+    /// Applies to the watcher of [`new`](Self::new) and
+    /// [`new_with`](Self::new_with) and to the events of
+    /// [`for_events`](Self::for_events); [`for_stream`](Self::for_stream)'s
+    /// store is filled by the caller, who strips there (for example
+    /// `.modify(|o| o.managed_fields_mut().clear())` on the watcher stream),
+    /// so there it changes nothing. Related objects
+    /// ([`owns`](Self::owns), [`watches`](Self::watches)) are not cached by
+    /// the controller and are not affected.
+    #[must_use]
+    pub fn strip_managed_fields(self) -> Self {
+        if let Some(switch) = &self.strip {
+            switch.turn_on();
+        }
         self
     }
 

@@ -1,0 +1,36 @@
+//! [`Controller::strip_managed_fields`](super::Controller::strip_managed_fields):
+//! managedFields removed from the main watcher's objects before the store.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use futures_util::{Stream, StreamExt};
+use kube_client::Resource;
+use kube_runtime::watcher::{self, Event};
+
+/// Whether the main watcher's events are stripped: made off with the
+/// controller, turned on by the builder before the stream is first polled
+/// (streams are lazy, so `run` sees the final setting).
+#[derive(Clone, Default)]
+pub(super) struct StripSwitch(Arc<AtomicBool>);
+
+impl StripSwitch {
+    pub(super) fn turn_on(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+
+    /// `events`, with managedFields cleared from each object while the
+    /// switch is on.
+    pub(super) fn apply<K: Resource + Send + 'static>(
+        &self,
+        events: impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
+    ) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static {
+        let on = self.0.clone();
+        events.map(move |event| {
+            if !on.load(Ordering::Relaxed) {
+                return event;
+            }
+            event.map(|e| e.modify(|o| o.meta_mut().managed_fields = None))
+        })
+    }
+}
