@@ -22,7 +22,6 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	toolscache "k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -51,16 +50,16 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 }
 
 func main() {
-	kubeconfig := flag.String("kubeconfig", "", "the kubeconfig of the API server")
+	// --kubeconfig is controller-runtime's own flag (pkg/client/config).
 	namespace := flag.String("namespace", "", "the namespace whose ConfigMaps are reconciled")
 	strip := flag.Bool("strip-managed-fields", false, "strip managedFields from the cache (cache.TransformStripManagedFields)")
 	flag.Parse()
-	if *kubeconfig == "" || *namespace == "" {
+	if flag.Lookup("kubeconfig").Value.String() == "" || *namespace == "" {
 		fmt.Fprintln(os.Stderr, "usage: go-controller --kubeconfig PATH --namespace NS [--strip-managed-fields]")
 		os.Exit(2)
 	}
 	ctrl.SetLogger(logr.Discard())
-	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	cfg, err := ctrl.GetConfig()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "kubeconfig:", err)
 		os.Exit(1)
