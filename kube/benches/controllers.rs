@@ -100,6 +100,8 @@ struct Opts {
     verbose: bool,
     runs: usize,
     filters: Vec<String>,
+    /// `--perf=DIR`: record C2 (cycles) and C3 (page faults) with perf.
+    perf: Option<PathBuf>,
 }
 
 impl Opts {
@@ -111,6 +113,7 @@ impl Opts {
             verbose: false,
             runs: 0,
             filters: Vec::new(),
+            perf: None,
         };
         for a in std::env::args().skip(1) {
             match a.as_str() {
@@ -122,14 +125,20 @@ impl Opts {
                 _ if a.starts_with("--runs=") => {
                     o.runs = a["--runs=".len()..].parse().expect("--runs=N")
                 }
+                _ if a.starts_with("--perf=") => o.perf = Some(a["--perf=".len()..].into()),
                 _ if a.starts_with("--") => panic!("unknown option {a}"),
                 _ => o.filters.push(a),
             }
         }
         if o.runs == 0 {
-            o.runs = 3;
+            o.runs = if o.quick { 1 } else { 3 };
         }
         o
+    }
+
+    /// The pause before resident memory is read.
+    fn settle(&self) -> Duration {
+        Duration::from_secs(if self.quick { 1 } else { 2 })
     }
 
     fn n(&self) -> usize {
@@ -231,17 +240,6 @@ impl Bench {
             }
         }
         last
-    }
-
-    /// Waits for the `SYNCED` line (lines before it are dropped).
-    async fn until_synced(&self, what: &str, run: &mut Running) {
-        loop {
-            match run.next(ALL_TIMEOUT).await {
-                Some(Line::Synced) => return,
-                Some(_) => {}
-                None => panic!("{what}: the controller never synced"),
-            }
-        }
     }
 
     fn push_load(&mut self, peer: &str, workload: &str, load: &ApiLoad) {
@@ -386,7 +384,7 @@ impl Bench {
                 let mut running = self.start(&peer, old_ns);
                 let all = self.until_all("C4", &mut running, n, |_| {}).await;
                 let ms = (all - running.started) as f64 / 1e6;
-                tokio::time::sleep(Duration::from_secs(2)).await;
+                tokio::time::sleep(self.opts.settle()).await;
                 let bytes = running.rss();
                 let load = self.stop(running, &before).await;
                 self.say(format!(
@@ -403,15 +401,37 @@ impl Bench {
     }
 
     /// Resident memory after the initial sync of `ns` (`n` objects), every
-    /// object reconciled once and 2 s.
+    /// object reconciled once and a settling pause.
     async fn rss_after_sync(&mut self, peer: &Peer, ns: &str, n: usize) -> f64 {
         let mut running = self.start(peer, ns);
-        self.until_synced("C3", &mut running).await;
-        if n > 0 {
-            self.until_all("C3", &mut running, n, |_| {}).await;
+        let perf = self.opts.perf.as_ref().map(|dir| {
+            peers::Perf::start(
+                dir,
+                &format!("c3-{n}-{}", peer.name),
+                running.pid,
+                Some("page-faults"),
+            )
+        });
+        let mut seen = HashSet::new();
+        let mut synced = false;
+        while !synced || seen.len() < n {
+            match running.next(ALL_TIMEOUT).await {
+                Some(Line::Synced) => synced = true,
+                Some(Line::Start { name, .. }) => {
+                    seen.insert(name);
+                }
+                None => panic!(
+                    "C3 {}: synced {synced}, {} of {n} reconciled when the controller stopped or {ALL_TIMEOUT:?} passed",
+                    peer.name,
+                    seen.len()
+                ),
+            }
         }
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        tokio::time::sleep(self.opts.settle()).await;
         let bytes = running.rss();
+        if let Some(perf) = perf {
+            perf.stop();
+        }
         running.stop().await;
         self.say(format!(
             "C3 {} at {n}: RSS {:.1} MiB",
@@ -429,6 +449,9 @@ impl Bench {
             let before = ApiLoad::read(&self.client).await;
             let mut running = self.start(&peer, ns);
             self.until_all("C2", &mut running, n, |_| {}).await;
+            let perf = self.opts.perf.as_ref().map(|dir| {
+                peers::Perf::start(dir, &format!("c2-{}", peer.name), running.pid, None)
+            });
             let cpu0 = running.cpu();
             let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), ns);
             // (name, resourceVersion) of each write -> its time.
@@ -517,6 +540,9 @@ impl Bench {
             }
             let missed = missed(&latest);
             let cpu = running.cpu() - cpu0;
+            if let Some(perf) = perf {
+                perf.stop();
+            }
             let load = self.stop(running, &before).await;
             // Lag of every write a reconcile saw.
             let mut lags: Vec<f64> = writes
@@ -709,56 +735,65 @@ async fn run(bench: &mut Bench) {
         let secs = if bench.opts.quick { 3 } else { 20 };
         bench.c2("crb-churn", Duration::from_secs(secs)).await;
     }
-    if let Some((ns, seeded)) = old {
-        if bench.opts.wants("C1-old") {
-            eprintln!("running C1-old...");
-            bench.c1_old(ns, seeded).await;
-        }
-        if bench.opts.wants("C4") || bench.opts.wants("C3") {
-            eprintln!("running C4 (and C3 at N)...");
-            let mut at_n = HashMap::new();
-            bench.c4(ns, &mut at_n).await;
-            for (peer, v) in at_n {
-                rss.entry(peer).or_default()[1] = v;
-            }
+    if let Some((ns, _)) = old
+        && (bench.opts.wants("C4") || bench.opts.wants("C3"))
+    {
+        eprintln!("running C4 (and C3 at N)...");
+        let mut at_n = HashMap::new();
+        bench.c4(ns, &mut at_n).await;
+        for (peer, v) in at_n {
+            rss.entry(peer).or_default()[1] = v;
         }
     }
     if bench.opts.wants("C3") {
         eprintln!("running C3 (5N)...");
         bench.seed("crb-large", 5 * n).await;
-        for _ in 0..bench.opts.runs {
-            for peer in bench.peers.clone() {
-                let bytes = bench.rss_after_sync(&peer, "crb-large", 5 * n).await;
-                rss.entry(peer.name.into()).or_default()[2].push(bytes);
-            }
-        }
+        // One run: 5N objects take a while to list and reconcile.
         for peer in bench.peers.clone() {
-            let [empty, at_n, at_5n] = rss.get(peer.name).cloned().unwrap_or_default();
-            let mib = 1048576.0;
-            for (i, bytes) in empty.iter().enumerate() {
+            let bytes = bench.rss_after_sync(&peer, "crb-large", 5 * n).await;
+            rss.entry(peer.name.into()).or_default()[2].push(bytes);
+        }
+        push_c3(bench, &rss);
+    }
+    // C1-old last: its objects were created first, and by now (nearly)
+    // a minute old.
+    if let Some((ns, seeded)) = old
+        && bench.opts.wants("C1-old")
+    {
+        eprintln!("running C1-old...");
+        bench.c1_old(ns, seeded).await;
+    }
+}
+
+/// C3's rows: resident memory at 0, N and 5N and bytes per object (run i
+/// of N and 5N against run i at 0).
+fn push_c3(bench: &mut Bench, rss: &HashMap<String, [Vec<f64>; 3]>) {
+    let n = bench.opts.n();
+    for peer in bench.peers.clone() {
+        let [empty, at_n, at_5n] = rss.get(peer.name).cloned().unwrap_or_default();
+        let mib = 1048576.0;
+        for (i, bytes) in empty.iter().enumerate() {
+            bench
+                .report
+                .push(peer.name, "C3", "RSS MiB, 0 objects", bytes / mib);
+            if let Some(b) = at_n.get(i) {
+                bench.report.push(peer.name, "C3", "RSS MiB, N", b / mib);
                 bench
                     .report
-                    .push(peer.name, "C3", "RSS MiB, 0 objects", bytes / mib);
-                if let Some(b) = at_n.get(i) {
-                    bench.report.push(peer.name, "C3", "RSS MiB, N", b / mib);
-                    bench
-                        .report
-                        .push(peer.name, "C3", "bytes/object, N", (b - bytes) / n as f64);
-                }
-                if let Some(b) = at_5n.get(i) {
-                    bench.report.push(peer.name, "C3", "RSS MiB, 5N", b / mib);
-                    bench.report.push(
-                        peer.name,
-                        "C3",
-                        "bytes/object, 5N",
-                        (b - bytes) / (5 * n) as f64,
-                    );
-                }
+                    .push(peer.name, "C3", "bytes/object, N", (b - bytes) / n as f64);
+            }
+            if let Some(b) = at_5n.get(i) {
+                bench.report.push(peer.name, "C3", "RSS MiB, 5N", b / mib);
+                bench.report.push(
+                    peer.name,
+                    "C3",
+                    "bytes/object, 5N",
+                    (b - bytes) / (5 * n) as f64,
+                );
             }
         }
     }
 }
-
 /// The verdicts: ratios of medians against controller-runtime (and, with
 /// `--strip-managed-fields`, stripped against stripped for C3).
 fn verdicts(report: &Report) -> Vec<(String, Option<bool>)> {

@@ -48,7 +48,19 @@ pub fn target_dir() -> PathBuf {
 /// with rustls) and returns the binary.
 pub fn build_rust() -> Result<PathBuf, String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = std::process::Command::new(cargo)
+    let mut cmd = std::process::Command::new(cargo);
+    // Not the variables cargo set for this benchmark (build scripts rerun
+    // on some of them, which would rebuild half the tree each time).
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy();
+        if (key.starts_with("CARGO_") && key != "CARGO_HOME")
+            || key == "OUT_DIR"
+            || key.starts_with("RUST") && key != "RUSTUP_HOME" && key != "RUSTUP_TOOLCHAIN"
+        {
+            cmd.env_remove(&*key);
+        }
+    }
+    let status = cmd
         .args([
             "build",
             "--release",
@@ -138,6 +150,35 @@ fn parse(line: &str) -> Option<Line> {
         }
         "SYNCED" => Some(Line::Synced),
         _ => None,
+    }
+}
+
+/// A `perf record` of a controller (`--perf=DIR`): profiles for the
+/// targets a run misses. Never during measured runs' figures that matter:
+/// perf costs the profiled process CPU time.
+pub struct Perf(std::process::Child);
+
+impl Perf {
+    /// Records `pid` into `dir/name.data`, with `event` (`None`: cycles).
+    pub fn start(dir: &Path, name: &str, pid: u32, event: Option<&str>) -> Perf {
+        std::fs::create_dir_all(dir).expect("the perf folder");
+        let file = dir.join(format!("{}.data", name.replace([' ', '(', ')'], "_")));
+        let mut cmd = std::process::Command::new("perf");
+        cmd.arg("record").arg("-g").arg("-o").arg(&file);
+        if let Some(event) = event {
+            cmd.args(["-e", event]);
+        }
+        cmd.arg("-p").arg(pid.to_string());
+        cmd.stdout(Stdio::null()).stderr(Stdio::null());
+        Perf(cmd.spawn().expect("perf (is it installed?)"))
+    }
+
+    /// Stops the recording (SIGINT, as perf expects) and waits for it.
+    pub fn stop(mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-INT", &self.0.id().to_string()])
+            .status();
+        let _ = self.0.wait();
     }
 }
 
