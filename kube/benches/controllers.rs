@@ -17,10 +17,11 @@
 //!   the write to its reconcile's start; process start to every object
 //!   reconciled once; requests. C1-fresh's objects are younger than a
 //!   minute at every start (re-created when needed); C1-old's were created
-//!   at the start of the run and are used only once older than a minute
+//!   at the start of the run and are used last, once older than a minute
 //!   (controller-runtime queues initial-list objects at low priority only
 //!   when they are older than a minute; kube-apiserver does not let
-//!   creationTimestamp be backdated).
+//!   creationTimestamp be backdated). Also: process start to the first
+//!   reconcile (about when the initial list is in the cache).
 //! - C2 churn: N objects; once the controller has reconciled them all, a
 //!   writer patches random ones at 500/s for 20 s (3 s in quick mode), each
 //!   write carrying its time in an annotation; the write's resourceVersion
@@ -29,11 +30,20 @@
 //!   last write was never reconciled after it was made, CPU seconds of the
 //!   controller per 1,000 writes.
 //! - C3 memory: resident memory after the initial sync (and every object
-//!   reconciled once, then 2 s) with 0, N and 5N objects; bytes per object.
+//!   reconciled once, then 2 s; 1 s in quick mode) with 0, N and 5N
+//!   objects; bytes per object. N is read at the end of each C4 run; 5N is
+//!   one run per peer (50,000 objects take a while to make and list).
 //! - C4 start: process start to every one of N objects reconciled once
-//!   (C1-old's objects, no change).
+//!   (C1-old's objects, no change); also to the first reconcile, and the
+//!   mean time per reconcile and worker after it (the 1 ms sleep as the
+//!   runtime's timer makes it).
 //!
-//! N is 10,000 (500 in quick mode).
+//! N is 10,000 (500 in quick mode). Each figure is the median of 3 runs (1
+//! in quick mode; `--runs=N`), after a warm-up start of every peer for C3
+//! at 0 and a warm-up run for C1; the peers take turns run by run.
+//! `--perf=DIR` records each peer with `perf record -g` during C2's writes
+//! (cycles) and C3's syncs (page faults), to explain a missed target; perf
+//! costs the recorded process CPU, so do not take figures from such a run.
 //!
 //! ```text
 //! cargo bench -p tokio-workqueue-kube --bench controllers                      # full run
@@ -284,8 +294,12 @@ impl Bench {
             .and_then(|rv| rv.parse().ok())
             .expect("a numeric resourceVersion");
         let mut changed_at = None;
+        let mut first = None;
         let all = self
             .until_all(workload, &mut run, n, |line| {
+                if let Line::Start { at, .. } = line {
+                    first.get_or_insert(*at);
+                }
                 if let Line::Start { name, rv, at } = line
                     && *name == changed
                     && *rv >= changed_rv
@@ -312,6 +326,7 @@ impl Bench {
         let started = run.started;
         let load = self.stop(run, &before).await;
         let latency = (changed_at.expect("seen") - written) as f64 / 1e6;
+        let first = (first.expect("a reconcile") - started) as f64 / 1e6;
         let all = (all - started) as f64 / 1e6;
         self.say(format!(
             "{workload} {}: changed {latency:.1} ms, all {all:.0} ms, {} GETs",
@@ -323,6 +338,8 @@ impl Bench {
                 .push(peer.name, workload, "changed latency ms", latency);
             self.report
                 .push(peer.name, workload, "all reconciled ms", all);
+            self.report
+                .push(peer.name, workload, "first reconcile ms", first);
             self.push_load(peer.name, workload, &load);
         }
     }
@@ -382,8 +399,20 @@ impl Bench {
             for peer in self.peers.clone() {
                 let before = ApiLoad::read(&self.client).await;
                 let mut running = self.start(&peer, old_ns);
-                let all = self.until_all("C4", &mut running, n, |_| {}).await;
+                let mut first = None;
+                let all = self
+                    .until_all("C4", &mut running, n, |line| {
+                        if let Line::Start { at, .. } = line {
+                            first.get_or_insert(*at);
+                        }
+                    })
+                    .await;
                 let ms = (all - running.started) as f64 / 1e6;
+                let first = first.expect("a reconcile");
+                let to_first = (first - running.started) as f64 / 1e6;
+                // The mean time a worker spends per reconcile once they
+                // run: the 1 ms sleep as the runtime's timer makes it.
+                let slot = (all - first) as f64 / 1e6 / (n as f64 / 4.0);
                 tokio::time::sleep(self.opts.settle()).await;
                 let bytes = running.rss();
                 let load = self.stop(running, &before).await;
@@ -394,6 +423,10 @@ impl Bench {
                 ));
                 self.report
                     .push(peer.name, "C4", "start to all reconciled ms", ms);
+                self.report
+                    .push(peer.name, "C4", "start to first reconcile ms", to_first);
+                self.report
+                    .push(peer.name, "C4", "ms per reconcile per worker", slot);
                 self.push_load(peer.name, "C4", &load);
                 rss.entry(peer.name.to_string()).or_default().push(bytes);
             }
@@ -408,7 +441,7 @@ impl Bench {
             peers::Perf::start(
                 dir,
                 &format!("c3-{n}-{}", peer.name),
-                running.pid,
+                Some(running.pid),
                 Some("page-faults"),
             )
         });
@@ -449,8 +482,12 @@ impl Bench {
             let before = ApiLoad::read(&self.client).await;
             let mut running = self.start(&peer, ns);
             self.until_all("C2", &mut running, n, |_| {}).await;
+            // The controller, and the whole machine (who else had the CPUs).
             let perf = self.opts.perf.as_ref().map(|dir| {
-                peers::Perf::start(dir, &format!("c2-{}", peer.name), running.pid, None)
+                [
+                    peers::Perf::start(dir, &format!("c2-{}", peer.name), Some(running.pid), None),
+                    peers::Perf::start(dir, &format!("c2-all-{}", peer.name), None, None),
+                ]
             });
             let cpu0 = running.cpu();
             let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), ns);
@@ -540,7 +577,7 @@ impl Bench {
             }
             let missed = missed(&latest);
             let cpu = running.cpu() - cpu0;
-            if let Some(perf) = perf {
+            for perf in perf.into_iter().flatten() {
                 perf.stop();
             }
             let load = self.stop(running, &before).await;

@@ -159,16 +159,20 @@ fn parse(line: &str) -> Option<Line> {
 pub struct Perf(std::process::Child);
 
 impl Perf {
-    /// Records `pid` into `dir/name.data`, with `event` (`None`: cycles).
-    pub fn start(dir: &Path, name: &str, pid: u32, event: Option<&str>) -> Perf {
+    /// Records `pid` (`None`: every CPU, without call graphs) into
+    /// `dir/name.data`, with `event` (`None`: cycles).
+    pub fn start(dir: &Path, name: &str, pid: Option<u32>, event: Option<&str>) -> Perf {
         std::fs::create_dir_all(dir).expect("the perf folder");
         let file = dir.join(format!("{}.data", name.replace([' ', '(', ')'], "_")));
         let mut cmd = std::process::Command::new("perf");
-        cmd.arg("record").arg("-g").arg("-o").arg(&file);
+        cmd.arg("record").arg("-o").arg(&file);
         if let Some(event) = event {
             cmd.args(["-e", event]);
         }
-        cmd.arg("-p").arg(pid.to_string());
+        match pid {
+            Some(pid) => cmd.arg("-g").arg("-p").arg(pid.to_string()),
+            None => cmd.arg("-a"),
+        };
         cmd.stdout(Stdio::null()).stderr(Stdio::null());
         Perf(cmd.spawn().expect("perf (is it installed?)"))
     }

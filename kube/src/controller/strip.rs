@@ -34,3 +34,50 @@ impl StripSwitch {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+
+    fn managed() -> ConfigMap {
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some("a".into());
+        cm.metadata.managed_fields = Some(vec![ManagedFieldsEntry {
+            manager: Some("kubectl".into()),
+            ..Default::default()
+        }]);
+        cm
+    }
+
+    async fn through(switch: &StripSwitch) -> Vec<Option<Vec<ManagedFieldsEntry>>> {
+        let events = futures_util::stream::iter([
+            Ok(Event::Init),
+            Ok(Event::InitApply(managed())),
+            Ok(Event::InitDone),
+            Ok(Event::Apply(managed())),
+            Ok(Event::Delete(managed())),
+        ]);
+        switch
+            .apply(events)
+            .filter_map(|e| async move {
+                match e.expect("no errors") {
+                    Event::InitApply(o) | Event::Apply(o) | Event::Delete(o) => {
+                        Some(o.metadata.managed_fields)
+                    }
+                    Event::Init | Event::InitDone => None,
+                }
+            })
+            .collect()
+            .await
+    }
+
+    #[tokio::test]
+    async fn strips_only_when_turned_on() {
+        let switch = StripSwitch::default();
+        assert!(through(&switch).await.iter().all(Option::is_some));
+        switch.turn_on();
+        assert_eq!(through(&switch).await, vec![None, None, None]);
+    }
+}
