@@ -10,6 +10,7 @@ mod requeue_priority;
 mod run;
 mod settings;
 mod sharding;
+mod strip;
 mod triggers;
 mod watched;
 
@@ -106,6 +107,10 @@ where
     /// Futures that must all resolve before the first reconcile, besides
     /// the main store's first list.
     gates: Vec<BoxFuture<'static, ()>>,
+    /// Set by [`strip_managed_fields`](Controller::strip_managed_fields):
+    /// the switch the main watcher's events are stripped by (`None` for
+    /// [`for_stream`](Controller::for_stream), whose store the caller fills).
+    strip: Option<strip::StripSwitch>,
     #[cfg(feature = "prometheus")]
     metrics: Option<crate::metrics::ControllerMetrics>,
 }
@@ -176,8 +181,12 @@ where
         dyntype: K::DynamicType,
     ) -> Self {
         let reader = writer.as_reader();
+        let switch = strip::StripSwitch::default();
+        let events = switch.apply(events);
         let main = triggers::main_events(reflector(writer, events), dyntype.clone());
-        Self::with_main(main, reader, dyntype)
+        let mut controller = Self::with_main(main, reader, dyntype);
+        controller.strip = Some(switch);
+        controller
     }
 
     /// A controller fed by a stream of `K` objects that you reflect into
@@ -255,6 +264,7 @@ where
             shards: None,
             manager: None,
             gates: Vec::new(),
+            strip: None,
             #[cfg(feature = "prometheus")]
             metrics: None,
         }
@@ -705,6 +715,7 @@ where
             shards: self.shards,
             manager: self.manager,
             gates: self.gates,
+            strip: self.strip,
             #[cfg(feature = "prometheus")]
             metrics: self.metrics,
         }
@@ -714,6 +725,34 @@ where
     #[must_use]
     pub fn priorities(mut self, priorities: WatchPriorities) -> Self {
         self.priorities = priorities;
+        self
+    }
+
+    /// Removes `metadata.managedFields` from every object of the main watcher
+    /// before it enters the reflector store: controller-runtime's
+    /// `cache.TransformStripManagedFields()`. The store then holds less
+    /// (managedFields is often the largest part of a small object's
+    /// metadata), and the reconciler's view changes accordingly: the object
+    /// it is handed (and every object read from [`store`](Self::store)) has
+    /// `managed_fields` set to `None`, whatever the API server holds. Fine for
+    /// a reconciler that never reads managedFields, which is nearly every
+    /// one: server-side apply and patches do not need it on the client.
+    ///
+    /// Applies to the watcher of [`new`](Self::new) and
+    /// [`new_with`](Self::new_with) and to the events of
+    /// [`for_events`](Self::for_events); [`for_stream`](Self::for_stream)'s
+    /// store is filled by the caller, who strips there (for example
+    /// `.modify(|o| o.managed_fields_mut().clear())` on the watcher stream),
+    /// so there it changes nothing; nor does it for a
+    /// [`Manager`](crate::Manager)'s controllers, whose caches are shared
+    /// with others and kept whole. Related objects
+    /// ([`owns`](Self::owns), [`watches`](Self::watches)) are not cached by
+    /// the controller and are not affected.
+    #[must_use]
+    pub fn strip_managed_fields(self) -> Self {
+        if let Some(switch) = &self.strip {
+            switch.turn_on();
+        }
         self
     }
 

@@ -1,0 +1,212 @@
+//! The Rust controllers of the controller benchmark
+//! (`kube/benches/controllers.rs`), one process each, so that the benchmark
+//! reads each one's resident memory and CPU time from /proc.
+//!
+//! ```text
+//! bench_controller --impl ours|kube-runtime --kubeconfig PATH --namespace NS [--strip-managed-fields]
+//! ```
+//!
+//! One controller for the ConfigMaps of one namespace, four reconciles at
+//! once; the reconcile reads the object from the cache (the controller's
+//! reflector store hands it over: no GET), prints
+//! `START ns/name resourceVersion unix_nanos` (the time its reconcile
+//! started) and sleeps 1 ms. `SYNCED unix_nanos` is printed once the store
+//! has its first list. The process exits when its standard input closes, so
+//! it never outlives the benchmark.
+//!
+//! * `ours`: this crate's `Controller` (`--strip-managed-fields`:
+//!   [`Controller::strip_managed_fields`](tokio_workqueue_kube::Controller::strip_managed_fields));
+//! * `kube-runtime`: kube-runtime's `Controller` (`--strip-managed-fields`:
+//!   its watcher stream with `.modify(|o| o.managed_fields_mut().clear())`,
+//!   reflected and handed to `Controller::for_stream`).
+//!
+//! The controller-runtime peer is `kube/benches/go-controller`.
+
+use std::io::Write;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::ResourceExt;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube_client::{Api, Client, Config};
+use kube_runtime::WatchStreamExt;
+use kube_runtime::controller::Action;
+use kube_runtime::reflector::{self, Store, reflector};
+use kube_runtime::watcher::{self, watcher};
+
+const CONCURRENCY: usize = 4;
+const WORK: Duration = Duration::from_millis(1);
+
+#[derive(Debug)]
+struct Never;
+
+impl std::fmt::Display for Never {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("never")
+    }
+}
+
+impl std::error::Error for Never {}
+
+fn unix_nanos() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("after 1970")
+        .as_nanos()
+}
+
+/// The reconcile of every implementation: note the start, sleep 1 ms.
+async fn reconcile(cm: Arc<ConfigMap>, _: Arc<()>) -> Result<Action, Never> {
+    let start = unix_nanos();
+    // One write per line, as the Go peer does (stdout is line-buffered).
+    let _ = writeln!(
+        std::io::stdout().lock(),
+        "START {}/{} {} {start}",
+        cm.namespace().unwrap_or_default(),
+        cm.name_any(),
+        cm.resource_version().unwrap_or_default(),
+    );
+    tokio::time::sleep(WORK).await;
+    Ok(Action::await_change())
+}
+
+fn error_policy(_: Arc<ConfigMap>, _: &Never, _: Arc<()>) -> Action {
+    Action::await_change()
+}
+
+struct Args {
+    imp: String,
+    kubeconfig: String,
+    namespace: String,
+    strip: bool,
+}
+
+fn args() -> Args {
+    let usage = "usage: bench_controller --impl ours|kube-runtime --kubeconfig PATH --namespace NS [--strip-managed-fields]";
+    let mut imp = None;
+    let mut kubeconfig = None;
+    let mut namespace = None;
+    let mut strip = false;
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--impl" => imp = it.next(),
+            "--kubeconfig" => kubeconfig = it.next(),
+            "--namespace" => namespace = it.next(),
+            "--strip-managed-fields" => strip = true,
+            _ => {
+                eprintln!("{usage}");
+                std::process::exit(2);
+            }
+        }
+    }
+    match (imp, kubeconfig, namespace) {
+        (Some(imp), Some(kubeconfig), Some(namespace))
+            if imp == "ours" || imp == "kube-runtime" =>
+        {
+            Args {
+                imp,
+                kubeconfig,
+                namespace,
+                strip,
+            }
+        }
+        _ => {
+            eprintln!("{usage}");
+            std::process::exit(2);
+        }
+    }
+}
+
+/// Prints `SYNCED` once `store` has its first list. (A
+/// `wait_until_ready` future that is pending when the store turns ready is
+/// not always woken with kube-runtime 5, so each check is a fresh future.)
+fn announce_sync(store: Store<ConfigMap>) {
+    tokio::spawn(async move {
+        loop {
+            if let Ok(ready) = tokio::time::timeout(Duration::ZERO, store.wait_until_ready()).await
+            {
+                if ready.is_ok() {
+                    println!("SYNCED {}", unix_nanos());
+                }
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    });
+}
+
+#[tokio::main]
+async fn main() {
+    let args = args();
+    let kubeconfig = Kubeconfig::read_from(&args.kubeconfig).expect("read the kubeconfig");
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .expect("a client configuration from the kubeconfig");
+    let client = Client::try_from(config).expect("a client");
+    let api: Api<ConfigMap> = Api::namespaced(client, &args.namespace);
+    let wc = watcher::Config::default();
+    // Stop when the benchmark closes our standard input (or goes away).
+    std::thread::spawn(|| {
+        let _ = std::io::copy(&mut std::io::stdin().lock(), &mut std::io::sink());
+        std::process::exit(0);
+    });
+
+    let results = match (args.imp.as_str(), args.strip) {
+        ("ours", strip) => {
+            let mut controller =
+                tokio_workqueue_kube::Controller::new(api, wc).concurrency(CONCURRENCY);
+            if strip {
+                controller = controller.strip_managed_fields();
+            }
+            announce_sync(controller.store());
+            controller
+                .run(reconcile, error_policy, Arc::new(()))
+                .map(|r| {
+                    if let Err(e) = r {
+                        eprintln!("bench_controller: {e}");
+                    }
+                })
+                .boxed()
+        }
+        (_, false) => {
+            let controller = kube_runtime::Controller::new(api, wc).with_config(
+                kube_runtime::controller::Config::default().concurrency(CONCURRENCY as u16),
+            );
+            announce_sync(controller.store());
+            controller
+                .run(reconcile, error_policy, Arc::new(()))
+                .map(|r| {
+                    if let Err(e) = r {
+                        eprintln!("bench_controller: {e}");
+                    }
+                })
+                .boxed()
+        }
+        (_, true) => {
+            let (reader, writer) = reflector::store();
+            let stream = reflector(
+                writer,
+                watcher(api, wc)
+                    .default_backoff()
+                    .modify(|o| o.managed_fields_mut().clear()),
+            )
+            .applied_objects();
+            let controller = kube_runtime::Controller::for_stream(stream, reader).with_config(
+                kube_runtime::controller::Config::default().concurrency(CONCURRENCY as u16),
+            );
+            announce_sync(controller.store());
+            controller
+                .run(reconcile, error_policy, Arc::new(()))
+                .map(|r| {
+                    if let Err(e) = r {
+                        eprintln!("bench_controller: {e}");
+                    }
+                })
+                .boxed()
+        }
+    };
+    results.for_each(|_| async {}).await;
+}
