@@ -196,14 +196,15 @@ fn shut_down<K: Key, O: Ordering<K>>(
 ) -> Vec<K> {
     let mut dropped = Vec::new();
     let shared = &queue.shared;
-    let mut st = shared.lock();
+    let mut st = shared.state.lock();
     // Kept delays need a timer task: the one that timed them may have gone
     // with its runtime. Without a timer to be had here they could never
     // fire, so they are dropped and reported instead.
-    let keep_until = keep_until.filter(|_| st.is_shutdown() || shared.start_timer(&mut st).is_ok());
+    let keep_until =
+        keep_until.filter(|_| st.is_shutdown() || (shared.start_timer)(shared, &mut st).is_ok());
     let fx = st.shutdown_keeping(keep_until, &mut |k: &K| dropped.push(k.clone()));
-    st.merge(fx);
     drop(st);
+    shared.apply(fx, 0);
     dropped
 }
 

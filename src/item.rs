@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use crate::error::AddError;
 use crate::ordering::{Ordering, Priorities};
-use crate::shared::Shared;
+use crate::queue::{Shared, refused};
 use crate::state::{MAX_DELAY, When};
 use crate::sync::Arc;
 
@@ -193,7 +193,24 @@ impl<K, O: Ordering<K>> WorkItem<K, O> {
         }
         let shared = &self.shared;
         let now = self.started.map(|_| Instant::now());
-        let outcome = shared.finish(self.slot, self.lease, self.priority, readd, now);
+        let mut st = shared.state.lock();
+        let mut readd = readd.map(|w| (self.priority, w));
+        let mut outcome = Ok(());
+        if readd.is_some_and(|(_, w)| w != When::Now)
+            && !st.is_shutdown()
+            && let Err(e) = (shared.start_timer)(shared, &mut st)
+        {
+            // No timer to be had: the key comes back now rather than never,
+            // and the error tells the caller its delay was not kept.
+            readd = readd.map(|(p, _)| (p, When::Now));
+            outcome = Err(e);
+        }
+        let (fx, finished, forgotten) = st.finish(self.slot, self.lease, readd, now);
+        let outcome = outcome.and(finished.map_err(refused));
+        let wake = fx.wake.min(st.parked as u32);
+        drop(st);
+        drop(forgotten);
+        shared.apply(fx, wake);
         self.report_done(now);
         if retry
             && outcome.is_ok()

@@ -195,7 +195,6 @@ pub mod ordering;
 pub mod partition;
 mod prefetch;
 mod queue;
-mod shared;
 mod state;
 mod sync;
 mod throttle;

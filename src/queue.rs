@@ -1,14 +1,15 @@
 //! The queue handle: adds, hand-outs and shutdown.
 //!
-//! A [`WorkQueue`] is a cheap handle to one [`Shared`] state (see
-//! [`crate::shared`]). Keys are hashed and clocks read before the lock is
-//! taken, and tasks are woken and metrics told after it is released. A
-//! consumer that finds nothing ready parks on a `Notify`, and each key that
-//! becomes ready wakes one parked consumer, never all of them.
+//! A [`WorkQueue`] is a cheap handle to one shared [`State`] behind one
+//! mutex. Every call takes that lock once, briefly: keys are hashed and clocks
+//! read before it is taken, and tasks are woken and metrics told after it is
+//! released. A consumer that finds nothing ready parks on a `Notify`, and
+//! each key that becomes ready wakes one parked consumer, never all of them.
 
 use crate::Key;
 use std::fmt;
 use std::future::Future;
+use std::hash::BuildHasher;
 use std::pin::{Pin, pin};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -22,9 +23,9 @@ use crate::limiter::RateLimiter;
 use crate::metrics::{MetricsHook, Probe, Snapshot, Source};
 use crate::options::{AddOpts, Lane};
 use crate::ordering::{Ordering, Priorities};
-use crate::shared::{Shared, Take};
-use crate::state::{Popped, State};
-use crate::sync::{Arc, OwnedNotified};
+use crate::prefetch::SharedLayout;
+use crate::state::{Effects, MAX_DELAY, Refused, State, When};
+use crate::sync::{Arc, Mutex, Notify};
 use crate::throttle::Throttle;
 use crate::{Builder, timer};
 
@@ -66,8 +67,38 @@ use crate::{Builder, timer};
 /// ```
 pub struct WorkQueue<K, O: Ordering<K> = Priorities> {
     pub(crate) shared: Arc<Shared<K, O>>,
-    /// Where this handle is in its wait for a key when polled as a stream.
-    wait: StreamWait,
+    /// The `get` this handle is waiting in when polled as a stream.
+    pending: Option<PendingGet<K, O>>,
+}
+
+type PendingGet<K, O> = Pin<Box<dyn Future<Output = Option<WorkItem<K, O>>> + Send + Sync>>;
+
+pub(crate) struct Shared<K, O: Ordering<K>> {
+    pub(crate) state: Mutex<State<K, O>>,
+    consumers: Notify,
+    drained: Notify,
+    hasher: hashbrown::DefaultHashBuilder,
+    /// Where the key index is, for prefetching outside the lock.
+    layout: SharedLayout,
+    pub(crate) limiter: Box<dyn RateLimiter<K>>,
+    pub(crate) metrics: Option<Box<dyn MetricsHook>>,
+    name: String,
+    /// Whether ready and lease times are kept (metrics or starvation bound).
+    pub(crate) track: bool,
+    throttle: Option<Box<dyn Throttle>>,
+    /// Starts the timer task; a function pointer so that code without `K`'s
+    /// bounds (the lease end in `Drop`) can requeue with a delay.
+    pub(crate) start_timer: StartTimer<K, O>,
+}
+
+pub(crate) type StartTimer<K, O> = fn(&Arc<Shared<K, O>>, &mut State<K, O>) -> Result<(), AddError>;
+
+/// What one attempt to take a key found.
+enum Take<K: Key, O: Ordering<K>> {
+    Item(WorkItem<K, O>),
+    Empty,
+    Closed,
+    Throttled(Duration),
 }
 
 impl<K: Key> WorkQueue<K> {
@@ -97,15 +128,19 @@ impl<K: Key, O: Ordering<K>> WorkQueue<K, O> {
         // Keys older than half the bound are served first, oldest first: the
         // other half is headroom for a backlog of such keys to drain.
         let promote_after = starvation_bound.map(|b| b / 2);
-        let shared = Arc::new(Shared::new(
-            State::new(track, promote_after, ordering),
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::new(track, promote_after, ordering)),
+            consumers: Notify::new(),
+            drained: Notify::new(),
+            hasher: hashbrown::DefaultHashBuilder::default(),
+            layout: SharedLayout::default(),
             limiter,
             metrics,
             name,
             track,
             throttle,
-            timer::ensure_running::<K, O>,
-        ));
+            start_timer: timer::ensure_running::<K, O>,
+        });
         if let Some(m) = &shared.metrics {
             let weak: std::sync::Weak<Shared<K, O>> = Arc::downgrade(&shared);
             let source: std::sync::Weak<dyn Source> = weak;
@@ -113,7 +148,7 @@ impl<K: Key, O: Ordering<K>> WorkQueue<K, O> {
         }
         WorkQueue {
             shared,
-            wait: StreamWait::default(),
+            pending: None,
         }
     }
 
@@ -135,7 +170,7 @@ impl<K: Key, O: Ordering<K>> WorkQueue<K, O> {
     /// are exact, to the millisecond the timer wheel works in).
     ///
     /// If the key is already waiting, the earlier ready time wins. A zero
-    /// delay means now; delays beyond [`MAX_DELAY`](crate::MAX_DELAY) are clamped to it. Needs
+    /// delay means now; delays beyond [`MAX_DELAY`] are clamped to it. Needs
     /// a tokio runtime with time enabled, else [`AddError::NoRuntime`] (from
     /// a plain thread, enter a runtime's handle first: see there).
     pub fn add_after(&self, key: K, delay: Duration) -> Result<(), AddError> {
@@ -185,7 +220,7 @@ impl<K: Key, O: Ordering<K>> WorkQueue<K, O> {
 
     /// Keys ready to be handed out now: not delayed, not leased.
     pub fn len(&self) -> usize {
-        self.shared.lock().ready_len()
+        self.shared.state.lock().ready_len()
     }
 
     /// Whether no key is ready now.
@@ -212,7 +247,7 @@ impl<K: Key, O: Ordering<K>> WorkQueue<K, O> {
         let shared = &self.shared;
         loop {
             match shared.take(false) {
-                Take::Item(popped, now) => return Some(self.item(popped, now)),
+                Take::Item(item) => return Some(item),
                 Take::Closed => return None,
                 Take::Throttled(wait) => {
                     tokio::time::sleep(wait).await;
@@ -225,7 +260,7 @@ impl<K: Key, O: Ordering<K>> WorkQueue<K, O> {
             let mut notified = pin!(shared.consumers.notified());
             notified.as_mut().enable();
             match shared.take(true) {
-                Take::Item(popped, now) => return Some(self.item(popped, now)),
+                Take::Item(item) => return Some(item),
                 Take::Closed => return None,
                 Take::Throttled(wait) => {
                     tokio::time::sleep(wait).await;
@@ -242,7 +277,8 @@ impl<K: Key, O: Ordering<K>> WorkQueue<K, O> {
     /// Keys already ready, and keys re-added while leased, are still handed
     /// out; then `get` returns `None` and streams end.
     pub fn shutdown(&self) {
-        self.shared.shutdown();
+        let fx = self.shared.state.lock().shutdown();
+        self.shared.apply(fx, 0);
     }
 
     /// Shuts down as [`shutdown`](Self::shutdown) does, then waits until
@@ -261,7 +297,7 @@ impl<K: Key, O: Ordering<K>> WorkQueue<K, O> {
         loop {
             let mut drained = pin!(self.shared.drained.notified());
             drained.as_mut().enable();
-            if self.shared.lock().is_drained() {
+            if self.shared.state.lock().is_drained() {
                 return;
             }
             drained.await;
@@ -287,28 +323,161 @@ impl<K: Key, O: Ordering<K>> WorkQueue<K, O> {
     /// Whether [`shutdown`](Self::shutdown) or
     /// [`shutdown_with_drain`](Self::shutdown_with_drain) was called.
     pub fn is_shutting_down(&self) -> bool {
-        self.shared.is_shut_down()
+        self.shared.state.lock().is_shutdown()
+    }
+}
+
+impl<K: Key, O: Ordering<K>> Shared<K, O> {
+    /// Whether a rate-limited add could go ahead now: the queue is open, and
+    /// a delay could be timed (a runtime with time is current, or the timer
+    /// task of an earlier one still runs). Asked before the limiter, which counts a
+    /// failure each time it is asked, so that a refused add counts none.
+    pub(crate) fn can_rate_limit(&self) -> Result<(), AddError> {
+        let st = self.state.lock();
+        if st.is_shutdown() {
+            return Err(AddError::ShuttingDown);
+        }
+        let timer_alive = st.timer_running();
+        drop(st);
+        if timer_alive {
+            return Ok(());
+        }
+        crate::clock::timed_handle().map(drop)
     }
 
-    /// The lease on a key just handed out.
-    fn item(&self, popped: Popped<K>, now: Option<Instant>) -> WorkItem<K, O> {
-        WorkItem::new(
-            self.shared.clone(),
+    pub(crate) fn add(
+        self: &Arc<Self>,
+        key: K,
+        priority: i32,
+        delay: Duration,
+        retry: bool,
+    ) -> Result<(), AddError> {
+        let h = self.hasher.hash_one(&key);
+        let delay = delay.min(MAX_DELAY);
+        let now = (self.track || !delay.is_zero()).then(Instant::now);
+        let when = match now {
+            Some(now) if !delay.is_zero() => When::At(now + delay),
+            _ => When::Now,
+        };
+        // The lookup's cache misses start before the lock is taken.
+        self.layout.load().prefetch(h);
+        let mut st = self.state.lock();
+        if when != When::Now && !st.is_shutdown() {
+            (self.start_timer)(self, &mut st)?;
+        }
+        let fx = st
+            .add(key, h, priority, when, now.filter(|_| self.track))
+            .map_err(refused)?;
+        let wake = fx.wake.min(st.parked as u32);
+        let layout = st.layout();
+        drop(st);
+        self.layout.publish(layout);
+        self.apply(fx, wake);
+        if retry && let Some(m) = &self.metrics {
+            m.retry();
+        }
+        Ok(())
+    }
+
+    fn take(self: &Arc<Self>, park: bool) -> Take<K, O> {
+        let now = self.track.then(Instant::now);
+        let mut st = self.state.lock();
+        if st.ready_len() == 0 {
+            if st.is_closed() {
+                return Take::Closed;
+            }
+            if park {
+                st.parked += 1;
+            }
+            return Take::Empty;
+        }
+        if let Some(throttle) = &self.throttle
+            && let Err(wait) = throttle.try_acquire()
+        {
+            return Take::Throttled(wait);
+        }
+        let popped = st.pop(now).expect("a ready key");
+        let fx = st.closed_effects();
+        drop(st);
+        self.apply(fx, 0);
+        if let (Some(m), Some(now), Some(ready_at)) = (&self.metrics, now, popped.ready_at) {
+            m.handed_out(now.saturating_duration_since(ready_at));
+        }
+        Take::Item(WorkItem::new(
+            self.clone(),
             popped.key,
             popped.slot,
             popped.lease,
             popped.priority,
             now,
-        )
+        ))
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        let st = self.state.lock();
+        let counts = st.counts();
+        let starts = st.lease_starts();
+        drop(st);
+        let now = Instant::now();
+        let ran = |at: &Instant| now.saturating_duration_since(*at);
+        Snapshot {
+            ready_by_priority: counts.ready_by_priority,
+            in_flight: counts.leased,
+            waiting: counts.waiting,
+            unfinished_work: starts.iter().map(ran).sum(),
+            longest_running: starts.first().map(ran).unwrap_or_default(),
+        }
+    }
+}
+
+impl<K, O: Ordering<K>> Shared<K, O> {
+    /// Does what a state change asked for, outside the lock.
+    pub(crate) fn apply(&self, mut fx: Effects, wake: u32) {
+        if fx.wake_all {
+            self.consumers.notify_waiters();
+            self.drained.notify_waiters();
+        } else {
+            for _ in 0..wake {
+                self.consumers.notify_one();
+            }
+        }
+        if let Some(w) = fx.timer_waker.take() {
+            w.wake();
+        }
+        if let Some(m) = &self.metrics {
+            for _ in 0..fx.added {
+                m.add();
+            }
+        }
+    }
+}
+
+pub(crate) fn refused(r: Refused) -> AddError {
+    match r {
+        Refused::ShuttingDown => AddError::ShuttingDown,
+    }
+}
+
+impl<K: Key, O: Ordering<K>> Source for Shared<K, O> {
+    fn snapshot(&self) -> Snapshot {
+        Shared::snapshot(self)
+    }
+}
+
+impl<K, O: Ordering<K>> Drop for Shared<K, O> {
+    fn drop(&mut self) {
+        if let Some(task) = self.state.get_mut().timer_task.take() {
+            task.abort();
+        }
     }
 }
 
 /// Counts a consumer as parked while it waits, so adds know whom to wake.
-struct Parked<'a, K: Key, O: Ordering<K>>(&'a Shared<K, O>);
+struct Parked<'a, K, O: Ordering<K>>(&'a Shared<K, O>);
 
-impl<K: Key, O: Ordering<K>> Drop for Parked<'_, K, O> {
+impl<K, O: Ordering<K>> Drop for Parked<'_, K, O> {
     fn drop(&mut self) {
-        self.0.unpark();
+        self.0.state.lock().parked -= 1;
     }
 }
 
@@ -322,107 +491,40 @@ impl<K, O: Ordering<K>> Clone for WorkQueue<K, O> {
     fn clone(&self) -> Self {
         WorkQueue {
             shared: self.shared.clone(),
-            wait: StreamWait::default(),
+            pending: None,
         }
     }
 }
 
 impl<K, O: Ordering<K>> fmt::Debug for WorkQueue<K, O> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&*self.shared, f)
+        let st = self.shared.state.lock();
+        f.debug_struct("WorkQueue")
+            .field("name", &self.shared.name)
+            .field("state", &*st)
+            .finish()
     }
 }
 
 impl<K: Key, O: Ordering<K>> Stream for WorkQueue<K, O> {
     type Item = WorkItem<K, O>;
 
-    /// [`get`](WorkQueue::get) written out as a state machine kept in the
-    /// handle: a stream that waits registers for a wake-up in an allocation
-    /// it reuses from wait to wait, instead of boxing a new `get` each time.
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<WorkItem<K, O>>> {
         let this = self.get_mut();
-        let shared = &this.shared;
-        let wait = &mut this.wait;
-        loop {
-            if wait.sleeping {
-                let sleep = wait.sleep.as_mut().expect("sleeping");
-                std::task::ready!(sleep.as_mut().poll(cx));
-                wait.sleeping = false;
-            }
-            if wait.parked {
-                let notified = wait.notified.as_mut().expect("parked");
-                let notified = notified.as_mut().as_pin_mut().expect("parked");
-                std::task::ready!(notified.poll(cx));
-                wait.unpark(shared);
-            }
-            match shared.take(false) {
-                Take::Item(popped, now) => return Poll::Ready(Some(this.item(popped, now))),
+        if this.pending.is_none() {
+            // Most polls find a key: only a consumer that must wait pays for
+            // a boxed `get`.
+            match this.shared.take(false) {
+                Take::Item(item) => return Poll::Ready(Some(item)),
                 Take::Closed => return Poll::Ready(None),
-                Take::Throttled(d) => {
-                    wait.sleep_for(d);
-                    continue;
-                }
-                Take::Empty => {}
+                Take::Empty | Take::Throttled(_) => {}
             }
-            // As in `get`: registered before looking again.
-            let slot = wait.notified.get_or_insert_with(|| Box::pin(None));
-            slot.set(Some(shared.consumers.clone().notified_owned()));
-            slot.as_mut().as_pin_mut().expect("just set").enable();
-            match shared.take(true) {
-                Take::Empty => wait.parked = true,
-                // Dropping the registration passes on a wake-up it took.
-                other => {
-                    slot.set(None);
-                    match other {
-                        Take::Item(popped, now) => {
-                            return Poll::Ready(Some(this.item(popped, now)));
-                        }
-                        Take::Closed => return Poll::Ready(None),
-                        Take::Throttled(d) => wait.sleep_for(d),
-                        Take::Empty => unreachable!("matched above"),
-                    }
-                }
-            }
+            let handle = this.clone();
+            this.pending = Some(Box::pin(async move { handle.get().await }));
         }
-    }
-}
-
-/// A stream's wait for a key, kept in its handle between polls.
-#[derive(Default)]
-struct StreamWait {
-    /// The wake-up registration; the box outlives it, to be reused.
-    notified: Option<Pin<Box<Option<OwnedNotified>>>>,
-    /// Registered, and counted among the parked consumers.
-    parked: bool,
-    /// A throttle's wait; the box is reused too.
-    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
-    sleeping: bool,
-}
-
-impl StreamWait {
-    /// Stops waiting: no longer counted as parked, and the registration
-    /// dropped (passing on a wake-up it holds, as a dropped `get` does).
-    fn unpark<K, O: Ordering<K>>(&mut self, shared: &Shared<K, O>) {
-        if std::mem::take(&mut self.parked) {
-            shared.unpark();
-            if let Some(n) = &mut self.notified {
-                n.set(None);
-            }
-        }
-    }
-
-    fn sleep_for(&mut self, d: Duration) {
-        let deadline = Instant::now() + d;
-        match &mut self.sleep {
-            Some(s) => s.as_mut().reset(deadline),
-            None => self.sleep = Some(Box::pin(tokio::time::sleep_until(deadline))),
-        }
-        self.sleeping = true;
-    }
-}
-
-impl<K, O: Ordering<K>> Drop for WorkQueue<K, O> {
-    fn drop(&mut self) {
-        self.wait.unpark(&self.shared);
+        let fut = this.pending.as_mut().expect("set above");
+        let out = std::task::ready!(fut.as_mut().poll(cx));
+        this.pending = None;
+        Poll::Ready(out)
     }
 }

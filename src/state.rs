@@ -219,19 +219,6 @@ pub(crate) struct Effects {
     pub(crate) timer_waker: Option<WakeTimer>,
 }
 
-impl Effects {
-    /// Adds up what two state changes asked for.
-    #[inline]
-    pub(crate) fn merge(&mut self, other: Effects) {
-        self.wake += other.wake;
-        self.added += other.added;
-        self.wake_all |= other.wake_all;
-        if other.timer_waker.is_some() && self.timer_waker.is_none() {
-            self.timer_waker = other.timer_waker;
-        }
-    }
-}
-
 /// A waker for the timer task, carried out of the lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct WakeTimer(WakerEq);

@@ -23,137 +23,41 @@
 pub(crate) use std::sync::Arc;
 
 #[cfg(not(tokio_workqueue_loom))]
-pub(crate) use parking_lot::{Mutex, MutexGuard};
+pub(crate) use parking_lot::Mutex;
 #[cfg(not(tokio_workqueue_loom))]
-pub(crate) use tokio::sync::{Notify, futures::OwnedNotified};
+pub(crate) use tokio::sync::Notify;
 
 #[cfg(tokio_workqueue_loom)]
-pub(crate) use self::loom_impl::{Mutex, MutexGuard, Notify, OwnedNotified};
+pub(crate) use self::loom_impl::{Mutex, Notify};
 
 #[cfg(tokio_workqueue_loom)]
 mod loom_impl {
     use std::collections::VecDeque;
     use std::fmt;
     use std::future::Future;
-    use std::ops::Deref;
     use std::pin::Pin;
     use std::task::{Context, Poll, Waker};
 
-    /// A lock with `parking_lot`'s API, made of a loom atomic: `try_lock`
-    /// a compare-and-swap that can fail, release a store, `lock` waiting on
-    /// a loom condition variable between tries (loom could not explore a
-    /// spin to the end).
-    ///
-    /// loom's own mutex blocks every thread whose next operation is on a
-    /// held mutex, `try_lock` included, so a `try_lock` that fails would go
-    /// unexplored with it (an earlier intake of this crate was reached only
-    /// through one); this one keeps the models honest if one is used again.
-    pub(crate) struct Mutex<T> {
-        locked: loom::sync::atomic::AtomicBool,
-        data: loom::cell::UnsafeCell<T>,
-        /// Taken by a waiting `lock` to check `locked` and wait, and by a
-        /// release between its store and its notification, so that no
-        /// release is missed.
-        gate: loom::sync::Mutex<()>,
-        released: loom::sync::Condvar,
-    }
-
-    // SAFETY: the data is only reached through a guard, and a guard exists
-    // only while `locked` is held by its thread, as with any mutex.
-    unsafe impl<T: Send> Send for Mutex<T> {}
-    // SAFETY: as above.
-    unsafe impl<T: Send> Sync for Mutex<T> {}
-
-    /// The lock held; released on drop.
-    pub(crate) struct MutexGuard<'a, T> {
-        lock: &'a Mutex<T>,
-        /// `None` only while dropping: loom's record of the access must end
-        /// before the lock is released.
-        data: Option<loom::cell::MutPtr<T>>,
-    }
+    /// loom's mutex with `parking_lot`'s API.
+    pub(crate) struct Mutex<T>(loom::sync::Mutex<T>);
 
     impl<T> Mutex<T> {
         pub(crate) fn new(value: T) -> Self {
-            Mutex {
-                locked: loom::sync::atomic::AtomicBool::new(false),
-                data: loom::cell::UnsafeCell::new(value),
-                gate: loom::sync::Mutex::new(()),
-                released: loom::sync::Condvar::new(),
-            }
+            Mutex(loom::sync::Mutex::new(value))
         }
 
-        pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
-            loop {
-                if let Some(guard) = self.try_lock() {
-                    return guard;
-                }
-                let gate = self.gate.lock().expect("a poisoned lock");
-                if self.locked.load(loom::sync::atomic::Ordering::Relaxed) {
-                    drop(self.released.wait(gate).expect("a poisoned lock"));
-                }
-            }
-        }
-
-        pub(crate) fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
-            use loom::sync::atomic::Ordering::{Acquire, Relaxed};
-            self.locked
-                .compare_exchange(false, true, Acquire, Relaxed)
-                .ok()
-                .map(|_| MutexGuard {
-                    lock: self,
-                    data: Some(self.data.get_mut()),
-                })
+        pub(crate) fn lock(&self) -> loom::sync::MutexGuard<'_, T> {
+            self.0.lock().expect("a poisoned lock")
         }
 
         pub(crate) fn get_mut(&mut self) -> &mut T {
-            // SAFETY: `&mut self`: no guard exists, nothing else reaches
-            // the data.
-            unsafe { &mut *self.data.with_mut(|p| p) }
+            self.0.get_mut().expect("a poisoned lock")
         }
     }
 
-    impl<T> std::ops::Deref for MutexGuard<'_, T> {
-        type Target = T;
-
-        fn deref(&self) -> &T {
-            // SAFETY: the guard holds the lock.
-            unsafe { self.data.as_ref().expect("held").deref() }
-        }
-    }
-
-    impl<T> std::ops::DerefMut for MutexGuard<'_, T> {
-        fn deref_mut(&mut self) -> &mut T {
-            // SAFETY: the guard holds the lock, and `&mut self` the guard.
-            unsafe { self.data.as_ref().expect("held").deref() }
-        }
-    }
-
-    impl<T> Drop for MutexGuard<'_, T> {
-        fn drop(&mut self) {
-            drop(self.data.take());
-            self.lock
-                .locked
-                .store(false, loom::sync::atomic::Ordering::Release);
-            drop(self.lock.gate.lock().expect("a poisoned lock"));
-            self.lock.released.notify_all();
-        }
-    }
-
-    impl<T> fmt::Debug for Mutex<T> {
+    impl<T: fmt::Debug> fmt::Debug for Mutex<T> {
         fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
             f.write_str("Mutex { .. }")
-        }
-    }
-
-    /// loom's own mutex, for the `Notify` stand-in's bookkeeping: its
-    /// `try_lock` is never used, and blocking is cheaper to explore than
-    /// the spinning of [`Mutex`].
-    #[derive(Debug)]
-    struct NotifyLock<T>(loom::sync::Mutex<T>);
-
-    impl<T> NotifyLock<T> {
-        fn lock(&self) -> loom::sync::MutexGuard<'_, T> {
-            self.0.lock().expect("a poisoned lock")
         }
     }
 
@@ -206,27 +110,19 @@ mod loom_impl {
     /// but before it completed passes the notification on.
     #[derive(Debug)]
     pub(crate) struct Notify {
-        inner: NotifyLock<Inner>,
+        inner: Mutex<Inner>,
     }
 
     impl Notify {
         pub(crate) fn new() -> Self {
             Notify {
-                inner: NotifyLock(loom::sync::Mutex::new(Inner::default())),
+                inner: Mutex::new(Inner::default()),
             }
         }
 
         pub(crate) fn notified(&self) -> Notified<'_> {
             let generation = self.inner.lock().generation;
-            NotifiedBy {
-                notify: self,
-                state: State::Init { generation },
-            }
-        }
-
-        pub(crate) fn notified_owned(self: std::sync::Arc<Self>) -> OwnedNotified {
-            let generation = self.inner.lock().generation;
-            NotifiedBy {
+            Notified {
                 notify: self,
                 state: State::Init { generation },
             }
@@ -264,19 +160,14 @@ mod loom_impl {
         Done,
     }
 
-    /// The future of [`Notify::notified`] and [`Notify::notified_owned`].
+    /// The future of [`Notify::notified`].
     #[derive(Debug)]
-    pub(crate) struct NotifiedBy<N: Deref<Target = Notify>> {
-        notify: N,
+    pub(crate) struct Notified<'a> {
+        notify: &'a Notify,
         state: State,
     }
 
-    /// [`Notify::notified`]'s future.
-    pub(crate) type Notified<'a> = NotifiedBy<&'a Notify>;
-    /// [`Notify::notified_owned`]'s future.
-    pub(crate) type OwnedNotified = NotifiedBy<std::sync::Arc<Notify>>;
-
-    impl<N: Deref<Target = Notify> + Unpin> NotifiedBy<N> {
+    impl Notified<'_> {
         /// Registers as a waiter without waiting; true if already notified.
         pub(crate) fn enable(self: Pin<&mut Self>) -> bool {
             self.get_mut().register(None)
@@ -321,7 +212,7 @@ mod loom_impl {
         }
     }
 
-    impl<N: Deref<Target = Notify> + Unpin> Future for NotifiedBy<N> {
+    impl Future for Notified<'_> {
         type Output = ();
 
         fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
@@ -333,7 +224,7 @@ mod loom_impl {
         }
     }
 
-    impl<N: Deref<Target = Notify>> Drop for NotifiedBy<N> {
+    impl Drop for Notified<'_> {
         fn drop(&mut self) {
             let State::Waiting { id } = self.state else {
                 return;

@@ -26,7 +26,7 @@ use tokio_util::time::DelayQueue;
 
 use crate::error::AddError;
 use crate::ordering::Ordering;
-use crate::shared::Shared;
+use crate::queue::Shared;
 use crate::state::{State, TimerEntry};
 
 /// How long an empty wheel may sit unpolled before an insert starts a fresh
@@ -127,14 +127,15 @@ async fn run<K: Key, O: Ordering<K>>(queue: Weak<Shared<K, O>>, epoch: Instant) 
                 return Poll::Ready(());
             };
             let now = Instant::now();
-            let mut st = shared.lock();
+            let mut st = shared.state.lock();
             if st.timers_done() {
                 return Poll::Ready(());
             }
             let expired = wheel.expired.drain(..).map(|(_, e)| e);
             let (fx, fresh) = st.timer_round(cx.waker(), expired, &mut wheel.incoming, now);
-            st.merge(fx);
+            let wake = fx.wake.min(st.parked as u32);
             drop(st);
+            shared.apply(fx, wake);
             drop(shared);
             if fresh {
                 wheel.reset();
