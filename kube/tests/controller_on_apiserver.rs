@@ -469,3 +469,66 @@ async fn relist_after_410_is_low_priority_local() {
     assert!(record.overlaps.lock().unwrap().is_empty());
     assert_eq!(server.requests().of(Verb::Get, "configmaps"), 0);
 }
+
+/// A trigger backoff that waits a minute and counts how often it was asked.
+struct MinuteBackoff(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Iterator for MinuteBackoff {
+    type Item = Duration;
+    fn next(&mut self) -> Option<Duration> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Some(Duration::from_secs(60))
+    }
+}
+
+impl kube_runtime::utils::Backoff for MinuteBackoff {
+    fn reset(&mut self) {}
+}
+
+/// A 410 Gone in a watch re-lists at once: it neither waits out the trigger
+/// backoff nor advances it (the chaos soak found recoveries of 10 to 15 s
+/// after network cuts from that wait). With a backoff of a minute, a change
+/// made after the compaction is reconciled well within the test's limit,
+/// after exactly one more list.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relist_after_410_does_not_wait_out_the_trigger_backoff_local() {
+    let server = LocalApiServer::start().await;
+    let cms: Api<ConfigMap> = Api::namespaced(server.client(), "default");
+    cms.create(&PostParams::default(), &cm("obj", "0"))
+        .await
+        .unwrap();
+    let asked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let record = Arc::new(Record::default());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let run = spawn(
+        Controller::new(cms.clone(), watcher::Config::default())
+            .trigger_backoff(MinuteBackoff(asked.clone()))
+            .graceful_shutdown_on(async {
+                let _ = stopped.await;
+            })
+            .run(recording(Duration::ZERO), error_policy, record.clone()),
+    );
+    eventually("the first reconcile", || record.saw("obj", "0")).await;
+    assert!(server.wait_for_watches(1, LIMIT).await);
+    let lists = server.requests().of(Verb::List, "configmaps");
+    server.expire_watches();
+    cms.patch(
+        "obj",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"v": "1"}})),
+    )
+    .await
+    .unwrap();
+    eventually("the change after the 410 reconciled", || {
+        record.saw("obj", "1")
+    })
+    .await;
+    assert_eq!(server.requests().of(Verb::List, "configmaps"), lists + 1);
+    assert_eq!(
+        asked.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the 410 advanced the trigger backoff"
+    );
+    stop.send(()).unwrap();
+    tokio::time::timeout(LIMIT, run).await.unwrap().unwrap();
+}
