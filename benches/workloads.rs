@@ -25,13 +25,14 @@
 //! cargo bench --bench workloads -- '--impl=tokio-workqueue$' W1   # exactly so
 //! cargo bench --bench workloads -- --verbose  # also print every run's figures
 //! cargo bench --bench workloads -- --no-go    # without the Go peers
+//! cargo bench --bench workloads -- --threads=8 W1 W2   # 8 tokio workers, GOMAXPROCS=8
 //! cargo bench --bench workloads --features prometheus   # metrics rows on Prometheus
 //! ```
 //!
 //! Prints a table, target verdicts (ratios of medians measured in this run)
 //! and writes the rows to `target/workloads.json`. Each figure is the median
 //! of the runs after one warm-up run, with the min and max beside it; each run
-//! gets a fresh 2-worker tokio runtime, and the implementations take turns
+//! gets a fresh tokio runtime (2 workers, `--threads=N` for N), and the implementations take turns
 //! run by run so that load on the machine falls on all of them alike.
 
 use std::time::Duration;

@@ -23,9 +23,10 @@
 // between runs of its own. For W1, n is the number of keys; for W2, the total
 // number of adds (n/4 per producer).
 //
-// As in the Rust harness: GOMAXPROCS=2 (the Rust side uses a 2-worker tokio
-// runtime), keys "ns-{i % 100}/obj-{i}" built before the clock, 4 consumers
-// started before the clock that loop Get -> work -> Done, a fresh queue per
+// As in the Rust harness: GOMAXPROCS=2 unless the environment sets it (the
+// Rust side uses a 2-worker tokio runtime; with --threads=N, N workers and
+// GOMAXPROCS=N), keys "ns-{i % 100}/obj-{i}" built before the clock, 4
+// consumers started before the clock that loop Get -> work -> Done, a fresh queue per
 // run, and the same clocks and end conditions: W1 from the first add to the
 // last key's processing, W2 from the first producer's start to the moment
 // nothing is queued or in flight, W2's producers yielding (runtime.Gosched)
@@ -110,7 +111,11 @@ func main() {
 	verify := flag.Bool("verify", false, "W2: check every key was processed after its last add")
 	flag.Parse()
 
-	runtime.GOMAXPROCS(2)
+	// The Rust benchmark sets GOMAXPROCS to its --threads (default 2);
+	// run by hand without it, the same default as the Rust side.
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(2)
+	}
 	provider := newComponentBaseProvider(prometheus.NewRegistry())
 	viaGlobal, how := useProvider(provider)
 	all := peers(provider, viaGlobal)

@@ -341,7 +341,7 @@ impl Program {
     fn spawn(bin: &Path, how: String) -> Result<Program, String> {
         let mut child = Command::new(bin)
             .arg("-plan")
-            .env("GOMAXPROCS", "2")
+            .env("GOMAXPROCS", crate::settings::workers().to_string())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

@@ -122,6 +122,15 @@ pub fn queue(report: &Report) -> Vec<Line> {
             Some(a <= b + 2.0),
         ));
     }
+    if let Some(calls) = m(c, "W1", "futex calls/1k items") {
+        let mpsc = m("mpsc", "W1", "futex calls/1k items")
+            .map(|b| format!(", mpsc {b:.3}"))
+            .unwrap_or_default();
+        lines.push((
+            format!("W1 futex calls: {calls:.3} per 1,000 items{mpsc} (target <= 1)"),
+            Some(calls <= 1.0),
+        ));
+    }
     if let (Some(served), Some(wait), Some(share)) = (
         m(&bound_on, "W5", "low handed out (of 100)"),
         m(&bound_on, "W5", "low max wait ms"),
@@ -234,9 +243,10 @@ pub fn finish(
         Err(e) => eprintln!("could not write target/{file}: {e}"),
     }
     println!(
-        "{} mode, median of {} runs after a warm-up, 2-worker runtime; took {:.1} s",
+        "{} mode, median of {} runs after a warm-up, {}-worker runtime; took {:.1} s",
         if cfg.quick { "quick" } else { "full" },
         cfg.runs,
+        crate::settings::workers(),
         started.elapsed().as_secs_f64()
     );
     if cfg.go_peers.failed() {
