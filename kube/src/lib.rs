@@ -171,6 +171,7 @@ pub mod manager;
 pub mod metrics;
 pub mod ordering;
 pub mod shard;
+mod signals;
 mod triage;
 
 pub use adapter::{

@@ -983,15 +983,10 @@ where
     }
 }
 
+/// The first SIGTERM or SIGINT from now.
 async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c().map(|_| ());
-    #[cfg(unix)]
-    {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("install a SIGTERM handler");
-        futures_util::future::select(ctrl_c.boxed(), Box::pin(async move { term.recv().await }))
-            .await;
+    match crate::signals::shutdown_signal() {
+        Ok(signal) => signal.await,
+        Err(error) => panic!("cannot install the shutdown signal handlers: {error}"),
     }
-    #[cfg(not(unix))]
-    ctrl_c.await;
 }

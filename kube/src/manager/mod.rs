@@ -517,7 +517,7 @@ impl Manager {
         } = self;
         let shutdown = match shutdown {
             Some(trigger) => trigger,
-            None => signals().map_err(ManagerError::Signals)?,
+            None => crate::signals::shutdown_signal().map_err(ManagerError::Signals)?,
         };
 
         // The sources: each shared watch on its own task, and /readyz
@@ -629,30 +629,6 @@ impl Manager {
             let _ = endpoint.await;
         }
         Ok(())
-    }
-}
-
-/// The first SIGTERM or SIGINT.
-fn signals() -> std::io::Result<BoxFuture<'static, ()>> {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut term = signal(SignalKind::terminate())?;
-        let mut int = signal(SignalKind::interrupt())?;
-        Ok(async move {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
-        }
-        .boxed())
-    }
-    #[cfg(not(unix))]
-    {
-        Ok(async {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-        .boxed())
     }
 }
 
