@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use crate::error::AddError;
 use crate::ordering::{Ordering, Priorities};
-use crate::queue::{Shared, refused};
+use crate::shared::{Shared, refused};
 use crate::state::{MAX_DELAY, When};
 use crate::sync::Arc;
 

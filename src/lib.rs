@@ -195,6 +195,7 @@ pub mod ordering;
 pub mod partition;
 mod prefetch;
 mod queue;
+mod shared;
 mod state;
 mod sync;
 mod throttle;

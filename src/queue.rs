@@ -1,33 +1,29 @@
 //! The queue handle: adds, hand-outs and shutdown.
 //!
-//! A [`WorkQueue`] is a cheap handle to one shared [`State`] behind one
-//! mutex. Every call takes that lock once, briefly: keys are hashed and clocks
-//! read before it is taken, and tasks are woken and metrics told after it is
-//! released. A consumer that finds nothing ready parks on a `Notify`, and
-//! each key that becomes ready wakes one parked consumer, never all of them.
+//! A [`WorkQueue`] is a cheap handle to the queue's [`Shared`] state (see
+//! `shared.rs` for the lock and the wake-ups); as a [`Stream`] it keeps the
+//! wait of a consumer that found nothing ready.
 
 use crate::Key;
 use std::fmt;
 use std::future::Future;
-use std::hash::BuildHasher;
 use std::pin::{Pin, pin};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures_core::Stream;
-use tokio::time::Instant;
 
+use crate::{Builder, timer};
 use crate::error::AddError;
 use crate::item::WorkItem;
 use crate::limiter::RateLimiter;
 use crate::metrics::{MetricsHook, Probe, Snapshot, Source};
 use crate::options::{AddOpts, Lane};
 use crate::ordering::{Ordering, Priorities};
-use crate::prefetch::SharedLayout;
-use crate::state::{Effects, MAX_DELAY, Refused, State, When};
-use crate::sync::{Arc, Mutex, Notify};
+use crate::shared::{Look, Shared, Take};
+use crate::state::State;
+use crate::sync::Arc;
 use crate::throttle::Throttle;
-use crate::{Builder, timer};
 
 /// A de-duplicating, stingy, fair work queue of keys.
 ///
@@ -73,34 +69,6 @@ pub struct WorkQueue<K, O: Ordering<K> = Priorities> {
 
 type PendingGet<K, O> = Pin<Box<dyn Future<Output = Option<WorkItem<K, O>>> + Send + Sync>>;
 
-pub(crate) struct Shared<K, O: Ordering<K>> {
-    pub(crate) state: Mutex<State<K, O>>,
-    consumers: Notify,
-    drained: Notify,
-    hasher: hashbrown::DefaultHashBuilder,
-    /// Where the key index is, for prefetching outside the lock.
-    layout: SharedLayout,
-    pub(crate) limiter: Box<dyn RateLimiter<K>>,
-    pub(crate) metrics: Option<Box<dyn MetricsHook>>,
-    name: String,
-    /// Whether ready and lease times are kept (metrics or starvation bound).
-    pub(crate) track: bool,
-    throttle: Option<Box<dyn Throttle>>,
-    /// Starts the timer task; a function pointer so that code without `K`'s
-    /// bounds (the lease end in `Drop`) can requeue with a delay.
-    pub(crate) start_timer: StartTimer<K, O>,
-}
-
-pub(crate) type StartTimer<K, O> = fn(&Arc<Shared<K, O>>, &mut State<K, O>) -> Result<(), AddError>;
-
-/// What one attempt to take a key found.
-enum Take<K: Key, O: Ordering<K>> {
-    Item(WorkItem<K, O>),
-    Empty,
-    Closed,
-    Throttled(Duration),
-}
-
 impl<K: Key> WorkQueue<K> {
     /// A queue with the default ordering ([`Priorities`]: FIFO within a
     /// priority), the default controller rate limiter and no metrics.
@@ -128,19 +96,15 @@ impl<K: Key, O: Ordering<K>> WorkQueue<K, O> {
         // Keys older than half the bound are served first, oldest first: the
         // other half is headroom for a backlog of such keys to drain.
         let promote_after = starvation_bound.map(|b| b / 2);
-        let shared = Arc::new(Shared {
-            state: Mutex::new(State::new(track, promote_after, ordering)),
-            consumers: Notify::new(),
-            drained: Notify::new(),
-            hasher: hashbrown::DefaultHashBuilder::default(),
-            layout: SharedLayout::default(),
+        let shared = Arc::new(Shared::new(
+            State::new(track, promote_after, ordering),
             limiter,
             metrics,
             name,
             track,
             throttle,
-            start_timer: timer::ensure_running::<K, O>,
-        });
+            timer::ensure_running::<K, O>,
+        ));
         if let Some(m) = &shared.metrics {
             let weak: std::sync::Weak<Shared<K, O>> = Arc::downgrade(&shared);
             let source: std::sync::Weak<dyn Source> = weak;
@@ -170,7 +134,7 @@ impl<K: Key, O: Ordering<K>> WorkQueue<K, O> {
     /// are exact, to the millisecond the timer wheel works in).
     ///
     /// If the key is already waiting, the earlier ready time wins. A zero
-    /// delay means now; delays beyond [`MAX_DELAY`] are clamped to it. Needs
+    /// delay means now; delays beyond [`MAX_DELAY`](crate::MAX_DELAY) are clamped to it. Needs
     /// a tokio runtime with time enabled, else [`AddError::NoRuntime`] (from
     /// a plain thread, enter a runtime's handle first: see there).
     pub fn add_after(&self, key: K, delay: Duration) -> Result<(), AddError> {
@@ -244,33 +208,7 @@ impl<K: Key, O: Ordering<K>> WorkQueue<K, O> {
     /// hand out. Cancel safe: dropping the future at any point loses no key,
     /// and a wake-up it had received passes to another consumer.
     pub async fn get(&self) -> Option<WorkItem<K, O>> {
-        let shared = &self.shared;
-        loop {
-            match shared.take(false) {
-                Take::Item(item) => return Some(item),
-                Take::Closed => return None,
-                Take::Throttled(wait) => {
-                    tokio::time::sleep(wait).await;
-                    continue;
-                }
-                Take::Empty => {}
-            }
-            // Register for a wake-up before looking again, so a key added
-            // between the two looks cannot be missed.
-            let mut notified = pin!(shared.consumers.notified());
-            notified.as_mut().enable();
-            match shared.take(true) {
-                Take::Item(item) => return Some(item),
-                Take::Closed => return None,
-                Take::Throttled(wait) => {
-                    tokio::time::sleep(wait).await;
-                    continue;
-                }
-                Take::Empty => {}
-            }
-            let _parked = Parked(shared);
-            notified.await;
-        }
+        self.shared.wait(Look::First).await
     }
 
     /// Refuses new adds and drops keys waiting on delays (and their timers).
@@ -327,160 +265,6 @@ impl<K: Key, O: Ordering<K>> WorkQueue<K, O> {
     }
 }
 
-impl<K: Key, O: Ordering<K>> Shared<K, O> {
-    /// Whether a rate-limited add could go ahead now: the queue is open, and
-    /// a delay could be timed (a runtime with time is current, or the timer
-    /// task of an earlier one still runs). Asked before the limiter, which counts a
-    /// failure each time it is asked, so that a refused add counts none.
-    pub(crate) fn can_rate_limit(&self) -> Result<(), AddError> {
-        let st = self.state.lock();
-        if st.is_shutdown() {
-            return Err(AddError::ShuttingDown);
-        }
-        let timer_alive = st.timer_running();
-        drop(st);
-        if timer_alive {
-            return Ok(());
-        }
-        crate::clock::timed_handle().map(drop)
-    }
-
-    pub(crate) fn add(
-        self: &Arc<Self>,
-        key: K,
-        priority: i32,
-        delay: Duration,
-        retry: bool,
-    ) -> Result<(), AddError> {
-        let h = self.hasher.hash_one(&key);
-        let delay = delay.min(MAX_DELAY);
-        let now = (self.track || !delay.is_zero()).then(Instant::now);
-        let when = match now {
-            Some(now) if !delay.is_zero() => When::At(now + delay),
-            _ => When::Now,
-        };
-        // The lookup's cache misses start before the lock is taken.
-        self.layout.load().prefetch(h);
-        let mut st = self.state.lock();
-        if when != When::Now && !st.is_shutdown() {
-            (self.start_timer)(self, &mut st)?;
-        }
-        let fx = st
-            .add(key, h, priority, when, now.filter(|_| self.track))
-            .map_err(refused)?;
-        let wake = fx.wake.min(st.parked as u32);
-        let layout = st.layout();
-        drop(st);
-        self.layout.publish(layout);
-        self.apply(fx, wake);
-        if retry && let Some(m) = &self.metrics {
-            m.retry();
-        }
-        Ok(())
-    }
-
-    fn take(self: &Arc<Self>, park: bool) -> Take<K, O> {
-        let now = self.track.then(Instant::now);
-        let mut st = self.state.lock();
-        if st.ready_len() == 0 {
-            if st.is_closed() {
-                return Take::Closed;
-            }
-            if park {
-                st.parked += 1;
-            }
-            return Take::Empty;
-        }
-        if let Some(throttle) = &self.throttle
-            && let Err(wait) = throttle.try_acquire()
-        {
-            return Take::Throttled(wait);
-        }
-        let popped = st.pop(now).expect("a ready key");
-        let fx = st.closed_effects();
-        drop(st);
-        self.apply(fx, 0);
-        if let (Some(m), Some(now), Some(ready_at)) = (&self.metrics, now, popped.ready_at) {
-            m.handed_out(now.saturating_duration_since(ready_at));
-        }
-        Take::Item(WorkItem::new(
-            self.clone(),
-            popped.key,
-            popped.slot,
-            popped.lease,
-            popped.priority,
-            now,
-        ))
-    }
-
-    fn snapshot(&self) -> Snapshot {
-        let st = self.state.lock();
-        let counts = st.counts();
-        let starts = st.lease_starts();
-        drop(st);
-        let now = Instant::now();
-        let ran = |at: &Instant| now.saturating_duration_since(*at);
-        Snapshot {
-            ready_by_priority: counts.ready_by_priority,
-            in_flight: counts.leased,
-            waiting: counts.waiting,
-            unfinished_work: starts.iter().map(ran).sum(),
-            longest_running: starts.first().map(ran).unwrap_or_default(),
-        }
-    }
-}
-
-impl<K, O: Ordering<K>> Shared<K, O> {
-    /// Does what a state change asked for, outside the lock.
-    pub(crate) fn apply(&self, mut fx: Effects, wake: u32) {
-        if fx.wake_all {
-            self.consumers.notify_waiters();
-            self.drained.notify_waiters();
-        } else {
-            for _ in 0..wake {
-                self.consumers.notify_one();
-            }
-        }
-        if let Some(w) = fx.timer_waker.take() {
-            w.wake();
-        }
-        if let Some(m) = &self.metrics {
-            for _ in 0..fx.added {
-                m.add();
-            }
-        }
-    }
-}
-
-pub(crate) fn refused(r: Refused) -> AddError {
-    match r {
-        Refused::ShuttingDown => AddError::ShuttingDown,
-    }
-}
-
-impl<K: Key, O: Ordering<K>> Source for Shared<K, O> {
-    fn snapshot(&self) -> Snapshot {
-        Shared::snapshot(self)
-    }
-}
-
-impl<K, O: Ordering<K>> Drop for Shared<K, O> {
-    fn drop(&mut self) {
-        if let Some(task) = self.state.get_mut().timer_task.take() {
-            task.abort();
-        }
-    }
-}
-
-/// Counts a consumer as parked while it waits, so adds know whom to wake.
-struct Parked<'a, K, O: Ordering<K>>(&'a Shared<K, O>);
-
-impl<K, O: Ordering<K>> Drop for Parked<'_, K, O> {
-    fn drop(&mut self) {
-        self.0.state.lock().parked -= 1;
-    }
-}
-
 impl<K: Key> Default for WorkQueue<K> {
     fn default() -> Self {
         Self::new()
@@ -514,13 +298,14 @@ impl<K: Key, O: Ordering<K>> Stream for WorkQueue<K, O> {
         if this.pending.is_none() {
             // Most polls find a key: only a consumer that must wait pays for
             // a boxed `get`.
-            match this.shared.take(false) {
+            match this.shared.take(Look::First) {
                 Take::Item(item) => return Poll::Ready(Some(item)),
                 Take::Closed => return Poll::Ready(None),
                 Take::Empty | Take::Throttled(_) => {}
             }
-            let handle = this.clone();
-            this.pending = Some(Box::pin(async move { handle.get().await }));
+            // It just looked: the wait registers and looks again at once.
+            let shared = this.shared.clone();
+            this.pending = Some(Box::pin(async move { shared.wait(Look::Park).await }));
         }
         let fut = this.pending.as_mut().expect("set above");
         let out = std::task::ready!(fut.as_mut().poll(cx));

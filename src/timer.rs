@@ -26,7 +26,7 @@ use tokio_util::time::DelayQueue;
 
 use crate::error::AddError;
 use crate::ordering::Ordering;
-use crate::queue::Shared;
+use crate::shared::Shared;
 use crate::state::{State, TimerEntry};
 
 /// How long an empty wheel may sit unpolled before an insert starts a fresh

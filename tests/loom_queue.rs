@@ -422,3 +422,34 @@ fn closed_resolves_after_a_racing_shutdown() {
         feeder.join().unwrap();
     });
 }
+
+/// Parked consumers are counted so that adds wake only as many as there
+/// are: a `get` and a stream dropped while parked, and a consumer woken
+/// (which is uncounted by its next look), each uncount themselves exactly
+/// once. Two consumers parked afterwards both get a key from two adds: a
+/// count left too low would leave one of them asleep.
+#[test]
+fn dropped_and_woken_waits_uncount_themselves_once() {
+    use futures::StreamExt;
+    model(|| {
+        let q = queue();
+        assert!(poll_once(q.get()).is_none());
+        let mut stream = q.clone();
+        assert!(poll_once(stream.next()).is_none());
+        drop(stream);
+        let consumers: Vec<_> = (0..2)
+            .map(|_| {
+                let q = q.clone();
+                thread::spawn(move || loom::future::block_on(q.get()).map(|i| *i))
+            })
+            .collect();
+        q.add(1).unwrap();
+        q.add(2).unwrap();
+        let mut got: Vec<_> = consumers
+            .into_iter()
+            .map(|c| c.join().unwrap().unwrap())
+            .collect();
+        got.sort();
+        assert_eq!(got, [1, 2]);
+    });
+}
