@@ -13,7 +13,6 @@ use std::time::Duration;
 
 use futures_core::Stream;
 
-use crate::{Builder, timer};
 use crate::error::AddError;
 use crate::item::WorkItem;
 use crate::limiter::RateLimiter;
@@ -24,6 +23,7 @@ use crate::shared::{Look, Shared, Take};
 use crate::state::State;
 use crate::sync::Arc;
 use crate::throttle::Throttle;
+use crate::{Builder, timer};
 
 /// A de-duplicating, stingy, fair work queue of keys.
 ///

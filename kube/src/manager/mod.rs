@@ -88,6 +88,8 @@ pub mod auth;
 mod health;
 mod serve;
 pub(crate) mod source;
+#[cfg(feature = "tls")]
+mod tls;
 
 use std::fmt;
 use std::future::Future;
@@ -146,6 +148,9 @@ pub enum ManagerError {
     /// [`Manager::run`] was called outside a tokio runtime with signal
     /// handling, or the signal handlers could not be installed.
     Signals(std::io::Error),
+    /// `Manager::serve_tls` (feature `tls`) could not use the certificate
+    /// and key files; the message names the file and the reason.
+    Tls(String),
 }
 
 impl fmt::Display for ManagerError {
@@ -172,6 +177,7 @@ impl fmt::Display for ManagerError {
             ManagerError::Signals(error) => {
                 write!(f, "cannot install the shutdown signal handlers: {error}")
             }
+            ManagerError::Tls(reason) => write!(f, "cannot serve TLS: {reason}"),
         }
     }
 }
@@ -287,6 +293,7 @@ pub struct Manager {
     shared: Arc<Shared>,
     added: Vec<Added>,
     listener: Option<std::net::TcpListener>,
+    transport: serve::Transport,
     shutdown: Option<BoxFuture<'static, ()>>,
     health: Arc<Health>,
     election: Option<LeaderElection>,
@@ -310,6 +317,7 @@ impl Manager {
             }),
             added: Vec::new(),
             listener: None,
+            transport: serve::Transport::Plain,
             shutdown: None,
             health: Health::new(),
             election: None,
@@ -475,6 +483,38 @@ impl Manager {
         Ok(self)
     }
 
+    /// Serves the endpoint as [`serve`](Self::serve) does, over TLS
+    /// (feature `tls`: rustls with ring, TLS 1.2 and 1.3, HTTP/1.1): `cert`
+    /// is a PEM file with the certificate chain (the server's certificate
+    /// first), `key` one with its private key (PKCS#8, PKCS#1 or SEC1).
+    ///
+    /// Both are read now: a missing or unreadable file, one without a
+    /// certificate or key, or a key that does not match the certificate is
+    /// [`ManagerError::Tls`]. While the manager runs, the files are looked
+    /// at again when a client connects (at most once a second) and re-read
+    /// if either changed, so a rotated certificate (cert-manager, a Secret
+    /// volume) is used without a restart; a rewrite that does not load
+    /// keeps the previous pair until one does. The probes are served over
+    /// TLS too: point the Pod's probes at it with `scheme: HTTPS`.
+    #[cfg(feature = "tls")]
+    pub fn serve_tls(
+        &mut self,
+        addr: &str,
+        cert: impl AsRef<std::path::Path>,
+        key: impl AsRef<std::path::Path>,
+    ) -> Result<&mut Self, ManagerError> {
+        if self.listener.is_some() {
+            return Err(ManagerError::ServeTwice);
+        }
+        let files = tls::CertFiles::open(cert.as_ref(), key.as_ref()).map_err(ManagerError::Tls)?;
+        let acceptor = Arc::new(files)
+            .acceptor()
+            .map_err(|e| ManagerError::Tls(e.to_string()))?;
+        self.serve(addr)?;
+        self.transport = serve::Transport::Tls(acceptor);
+        Ok(self)
+    }
+
     /// The address the endpoint listens on, once [`serve`](Self::serve)
     /// bound it.
     pub fn local_addr(&self) -> Option<SocketAddr> {
@@ -508,6 +548,7 @@ impl Manager {
             shared,
             added,
             listener,
+            transport,
             shutdown,
             health,
             election,
@@ -589,6 +630,7 @@ impl Manager {
                 };
                 Some(tokio::spawn(serve::serve(
                     listener,
+                    transport,
                     endpoint,
                     endpoint_stop.clone(),
                 )))

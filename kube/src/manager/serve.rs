@@ -1,5 +1,5 @@
 //! The manager's HTTP endpoint: `/metrics`, `/healthz` and `/readyz` on one
-//! listener, plain HTTP/1.1 on hyper.
+//! listener, HTTP/1.1 on hyper, plain or over TLS.
 //!
 //! What each path answers:
 //!
@@ -10,7 +10,8 @@
 //! | `/metrics` | always, with the registry given (OpenMetrics text) | 404 without a registry |
 //!
 //! Other paths get 404, other methods than `GET` and `HEAD` 405. The
-//! listener is plain HTTP. With [`Manager::secure_metrics`](super::Manager::secure_metrics)
+//! listener speaks plain HTTP, or HTTPS with
+//! [`Manager::serve_tls`](super::Manager::serve_tls) (feature `tls`). With [`Manager::secure_metrics`](super::Manager::secure_metrics)
 //! `/metrics` asks for a bearer token that the API server authenticates and
 //! authorizes (see the `auth` module); the probes stay open, as the kubelet
 //! calls them without credentials.
@@ -41,9 +42,30 @@ pub(crate) struct Endpoint {
     pub(crate) registry: Option<Arc<prometheus_client::registry::Registry>>,
 }
 
+/// How connections to the endpoint are spoken to.
+#[derive(Clone)]
+pub(crate) enum Transport {
+    /// Plain HTTP/1.1.
+    Plain,
+    /// HTTP/1.1 over TLS (feature `tls`).
+    #[cfg(feature = "tls")]
+    Tls(tokio_rustls::TlsAcceptor),
+}
+
+/// How long a client may take over its TLS handshake before the connection
+/// is dropped (a client that connects and says nothing holds no task for
+/// longer).
+#[cfg(feature = "tls")]
+const HANDSHAKE: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Serves `endpoint` on `listener` until `stop` is cancelled; connections
 /// in progress are finished, new ones are not accepted.
-pub(crate) async fn serve(listener: TcpListener, endpoint: Endpoint, stop: CancellationToken) {
+pub(crate) async fn serve(
+    listener: TcpListener,
+    transport: Transport,
+    endpoint: Endpoint,
+    stop: CancellationToken,
+) {
     let mut connections = tokio::task::JoinSet::new();
     loop {
         let accepted = tokio::select! {
@@ -60,23 +82,50 @@ pub(crate) async fn serve(listener: TcpListener, endpoint: Endpoint, stop: Cance
         };
         let endpoint = endpoint.clone();
         let stop = stop.clone();
+        let transport = transport.clone();
         connections.spawn(async move {
-            let service = service_fn(move |req| {
-                let endpoint = endpoint.clone();
-                async move { Ok::<_, Infallible>(answer(&endpoint, &req).await) }
-            });
-            let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
-            let mut conn = std::pin::pin!(conn);
-            tokio::select! {
-                _ = conn.as_mut() => {}
-                _ = stop.cancelled() => {
-                    conn.as_mut().graceful_shutdown();
-                    let _ = conn.await;
+            match transport {
+                Transport::Plain => connection(stream, endpoint, stop).await,
+                #[cfg(feature = "tls")]
+                Transport::Tls(acceptor) => {
+                    let handshake = tokio::time::timeout(HANDSHAKE, acceptor.accept(stream));
+                    let tls = tokio::select! {
+                        _ = stop.cancelled() => return,
+                        tls = handshake => tls,
+                    };
+                    match tls {
+                        Ok(Ok(stream)) => connection(stream, endpoint, stop).await,
+                        Ok(Err(error)) => {
+                            tracing::debug!(%error, "manager endpoint: TLS handshake failed");
+                        }
+                        Err(_) => tracing::debug!("manager endpoint: TLS handshake timed out"),
+                    }
                 }
             }
         });
     }
     while connections.join_next().await.is_some() {}
+}
+
+/// Answers requests on one connection until the client closes it or `stop`
+/// is cancelled (then the request in progress is finished first).
+async fn connection<S>(stream: S, endpoint: Endpoint, stop: CancellationToken)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = service_fn(move |req| {
+        let endpoint = endpoint.clone();
+        async move { Ok::<_, Infallible>(answer(&endpoint, &req).await) }
+    });
+    let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+    let mut conn = std::pin::pin!(conn);
+    tokio::select! {
+        _ = conn.as_mut() => {}
+        _ = stop.cancelled() => {
+            conn.as_mut().graceful_shutdown();
+            let _ = conn.await;
+        }
+    }
 }
 
 async fn answer(endpoint: &Endpoint, req: &Request<Incoming>) -> Response<Full<Bytes>> {
