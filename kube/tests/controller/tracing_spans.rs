@@ -3,14 +3,11 @@
 //! `ReconcileReason`, as kube-runtime words it); panics are logged with the
 //! key. Captured by a small subscriber written here.
 
-mod controller_common;
-
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use controller_common::*;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube_runtime::reflector::store::Writer;
 use tokio_workqueue_kube::{Action, Controller};
@@ -18,6 +15,8 @@ use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record as Values};
 use tracing::subscriber::{DefaultGuard, Interest, Subscriber};
 use tracing::{Event, Level, Metadata};
+
+use crate::common::*;
 
 /// A span or an event: its name (or message) and fields, in order.
 #[derive(Debug, Clone, Default)]
