@@ -1,6 +1,7 @@
 //! The `Manager` on local API servers of each test's own: its caches,
-//! probes, metrics endpoint and shutdown, and one leader election for all
-//! its controllers across two replicas. One test binary for both.
+//! probes, metrics endpoint (over TLS too) and shutdown, on a real SIGTERM
+//! too, and one leader election for all its controllers across two
+//! replicas. One test binary for them all.
 
 #[path = "../manager_common/mod.rs"]
 mod manager_common;
@@ -9,3 +10,6 @@ mod replica_common;
 
 mod leader_election;
 mod manager;
+mod sigterm;
+#[cfg(feature = "tls")]
+mod tls;
