@@ -60,7 +60,7 @@
 //!
 //! These rules were verified against this repository's local API server
 //! (`kube-local-apiserver`), not yet against a real cluster: three
-//! replicas in one process (`tests/replica_leader_election.rs`, lease
+//! replicas in one process (`tests/replicas/leader_election.rs`, lease
 //! 600 ms, renew deadline 400 ms, retry 100 ms) fail over about 600 ms
 //! after a crash and about 100 ms after a release, and never reconcile at
 //! the same time, through crashes, a replica cut off from the server and

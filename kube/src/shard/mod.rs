@@ -99,14 +99,14 @@
 //! | someone deletes a member's Lease | it stays a member until it expires; its holder makes a new Lease at its next renewal and joins again |
 //! | Leases of replicas that left | released Leases are deleted by the others once unchanged for [`ShardConfig::forget_after`] (four lease durations by default), with the version they saw as a precondition so a write in between wins; a replica back after that makes a new one |
 //!
-//! What was verified where: `tests/replica_shards.rs` runs replicas in one
+//! What was verified where: `tests/replicas/shards.rs` runs replicas in one
 //! process against this repository's local API server
 //! (`kube-local-apiserver`; lease 600 ms, renew deadline 400 ms, retry
 //! 100 ms) and checks an independent record of every reconcile through
 //! crashes (hand-over about 600 ms), a replica cut off and back (it stops
 //! by about 500 ms, before anyone takes over), a replica joining (231 of
 //! 1,000 keys moved), a replica cut off while nobody polls its stream, a
-//! Lease deleted by hand and clocks 5 s off: these cases only there. `tests/shards_on_apiserver.rs` runs the split, a crash
+//! Lease deleted by hand and clocks 5 s off: these cases only there. `tests/on_apiserver/shards.rs` runs the split, a crash
 //! hand-over and a graceful shutdown on both that server and a real
 //! kube-apiserver. The README's "Scale-out across replicas" lists what was
 //! run by hand against a real cluster.

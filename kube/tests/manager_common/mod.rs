@@ -1,5 +1,7 @@
-//! What the `manager*` tests share: objects to reconcile, an HTTP client
-//! for the endpoint, and a manager that stops when the test says.
+//! What the `Manager`'s tests share (`tests/manager/manager.rs`, and
+//! `manager.rs` and `secure_metrics.rs` in `tests/on_apiserver/`): objects
+//! to reconcile, an HTTP client for the endpoint, and a manager that stops
+//! when the test says.
 
 #![allow(dead_code)] // each test file uses its part
 

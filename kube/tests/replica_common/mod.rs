@@ -1,4 +1,5 @@
-//! What the `replica_*` and `shards_on_apiserver` tests share: the
+//! What the replica tests share (`tests/replicas/`,
+//! `tests/manager/leader_election.rs`, `tests/on_apiserver/shards.rs`): the
 //! reconcile error, a skewed wall clock, and the record every reconcile
 //! writes of itself (key, the version it saw, replica, start, end), which
 //! the checks read instead of anything the code under test reports.

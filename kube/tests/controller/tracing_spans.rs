@@ -3,21 +3,34 @@
 //! `ReconcileReason`, as kube-runtime words it); panics are logged with the
 //! key. Captured by a small subscriber written here.
 
-mod controller_common;
-
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use controller_common::*;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube_runtime::reflector::store::Writer;
 use tokio_workqueue_kube::{Action, Controller};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record as Values};
-use tracing::subscriber::{DefaultGuard, Interest, Subscriber};
-use tracing::{Event, Level, Metadata};
+use tracing::subscriber::{DefaultGuard, Interest, NoSubscriber, Subscriber};
+use tracing::{Dispatch, Event, Level, Metadata};
+
+use crate::common::*;
+
+/// tracing-core caches whether a callsite is wanted when the callsite is
+/// first hit. While one dispatcher is registered, it asks only the default
+/// of the thread that hit it: a test of another module of this binary
+/// (which sets no subscriber) hitting the controller's `reconciling object`
+/// span first, on its own thread, would cache "never" while a `Capture`
+/// runs on this one, and the capture would miss the span. With two or more
+/// registered, tracing-core asks every one of them (under a lock), so a
+/// second one that lives as long as the process, and wants nothing, makes
+/// the answer "ask each time", on every thread.
+fn ask_every_dispatcher() {
+    static KEEP: OnceLock<Dispatch> = OnceLock::new();
+    KEEP.get_or_init(|| Dispatch::new(NoSubscriber::default()));
+}
 
 /// A span or an event: its name (or message) and fields, in order.
 #[derive(Debug, Clone, Default)]
@@ -125,6 +138,7 @@ impl Subscriber for Capture {
 
 impl Capture {
     fn install() -> (Self, DefaultGuard) {
+        ask_every_dispatcher();
         let capture = Capture::default();
         let guard = tracing::subscriber::set_default(capture.clone());
         (capture, guard)

@@ -3,15 +3,14 @@
 //! there are keys enough and never passed; with `partition_by`, one key at a
 //! time per partition, in queue order, partitions side by side.
 
-mod controller_common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use controller_common::*;
 use kube_runtime::controller::Config;
 use kube_runtime::reflector::store::Writer;
 use tokio_workqueue_kube::{Action, Controller, DEFAULT_CONCURRENCY};
+
+use crate::common::*;
 
 /// Runs 50 keys of 10 ms each through `controller` and returns the most
 /// that ran at once, checking that many started together at first.

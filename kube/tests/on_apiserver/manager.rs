@@ -3,8 +3,8 @@
 //! `kube-test-cluster`): three controllers on shared caches under one
 //! leader election reconcile their objects and a change, the probes answer,
 //! and a shutdown drains them, releases the Lease and closes the endpoint.
-//! (One watch per source is counted on the local server, in `manager.rs`,
-//! whose request counts see every request.)
+//! (One watch per source is counted on a local server of its own, in
+//! `tests/manager/manager.rs`, whose request counts see every request.)
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -21,8 +21,7 @@ use tokio::time::Instant;
 use tokio_workqueue_kube::leader::{LeaderElection, LeaseConfig};
 use tokio_workqueue_kube::{Action, Manager};
 
-mod manager_common;
-use manager_common::{Running, configmaps_owning_secrets, get};
+use crate::manager_common::{Running, configmaps_owning_secrets, get};
 
 const LIMIT: Duration = Duration::from_secs(30);
 

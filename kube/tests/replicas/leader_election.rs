@@ -31,8 +31,7 @@ use tokio::time::{Instant, sleep};
 use tokio_workqueue_kube::leader::{LeaderElection, LeaderState, LeaseConfig, LeaseConfigError};
 use tokio_workqueue_kube::{Action, Controller, ControllerError, Error};
 
-mod replica_common;
-use replica_common::{Record, Run, TestError, skewed};
+use crate::replica_common::{Record, Run, TestError, skewed};
 
 const LEASE: Duration = Duration::from_millis(600);
 const RENEW: Duration = Duration::from_millis(400);

@@ -2,14 +2,13 @@
 //! before the initial list, re-lists and bulk reconciles; FIFO within a
 //! priority even when every worker is busy; never one key twice at once.
 
-mod controller_common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use controller_common::*;
 use kube_runtime::reflector::store::Writer;
 use tokio_workqueue_kube::{Action, Controller};
+
+use crate::common::*;
 
 const HOUR: Duration = Duration::from_secs(3600);
 

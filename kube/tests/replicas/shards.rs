@@ -42,8 +42,7 @@ use tokio_workqueue_kube::leader::{LeaderElection, LeaseConfig, LeaseConfigError
 use tokio_workqueue_kube::shard::{ACK_ANNOTATION, GROUP_LABEL, ShardConfig, Shards, owner};
 use tokio_workqueue_kube::{Action, Controller, ControllerError, Error};
 
-mod replica_common;
-use replica_common::{Record, Run, TestError, skewed};
+use crate::replica_common::{Record, Run, TestError, skewed};
 
 const GROUP: &str = "shards";
 const LEASE: Duration = Duration::from_millis(600);

@@ -3,15 +3,14 @@
 //! store (reported as `ObjectNotFound`), and a deleted main object triggers
 //! nothing.
 
-mod controller_common;
-
 use std::time::Duration;
 
-use controller_common::*;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube_runtime::reflector::store::Writer;
 use kube_runtime::watcher::Event;
 use tokio_workqueue_kube::{Action, Controller};
+
+use crate::common::*;
 
 const HOUR: Duration = Duration::from_secs(3600);
 

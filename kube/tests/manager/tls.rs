@@ -4,8 +4,6 @@
 //! without a restart, and files that cannot be used are refused when
 //! `serve_tls` is called. The fixtures are in `tests/fixtures/tls/`.
 
-#![cfg(feature = "tls")]
-
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,8 +18,7 @@ use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
 use tokio_rustls::rustls::{ClientConfig, RootCertStore};
 use tokio_workqueue_kube::{Manager, ManagerError};
 
-mod manager_common;
-use manager_common::{Running, get};
+use crate::manager_common::{Running, get};
 
 const LIMIT: Duration = Duration::from_secs(10);
 

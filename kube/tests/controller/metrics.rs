@@ -2,15 +2,11 @@
 //! count every reconcile by result, errors, panics and reconcile times, and
 //! show the concurrency and the workers in use; the queue's `workqueue_*`
 //! families come from the metrics given to the queue builder.
-#![cfg(feature = "prometheus")]
-
-mod controller_common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use controller_common::*;
 use futures::channel::oneshot;
 use kube_runtime::reflector::store::Writer;
 use prometheus_client::encoding::text::encode;
@@ -18,6 +14,8 @@ use prometheus_client::registry::Registry;
 use tokio_workqueue::{ExponentialBackoff, WorkQueue};
 use tokio_workqueue_kube::metrics::{ControllerMetrics, PrometheusMetrics};
 use tokio_workqueue_kube::{Action, Controller};
+
+use crate::common::*;
 
 /// Every sample of the registry: `name{labels}` to value.
 fn samples(registry: &Registry) -> BTreeMap<String, f64> {

@@ -2,17 +2,16 @@
 //! `reconcile_timeout` is an error for its key only: reported on the stream,
 //! requeued with the key's backoff, the other keys unaffected.
 
-mod controller_common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use controller_common::*;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube_runtime::reflector::store::Writer;
 use tokio_workqueue::{Builder, ExponentialBackoff, WorkQueue};
 use tokio_workqueue_kube::{Action, Controller};
+
+use crate::common::*;
 
 const HOUR: Duration = Duration::from_secs(3600);
 

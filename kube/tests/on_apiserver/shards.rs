@@ -10,7 +10,7 @@
 //! own; the checks read only that record: never two replicas reconciling
 //! one key at once, every key's last change reconciled after it was made.
 //! The fault-injection tests (a replica cut off, clocks skewed, a replica
-//! joining) are in `replica_shards.rs`, on the local server only.
+//! joining) are in `tests/replicas/shards.rs`, on the local server only.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,8 +29,7 @@ use tokio::time::{Instant, sleep};
 use tokio_workqueue_kube::shard::{ShardConfig, Shards, owner};
 use tokio_workqueue_kube::{Action, Controller};
 
-mod replica_common;
-use replica_common::{Record, TestError};
+use crate::replica_common::{Record, TestError};
 
 /// Longer than the local-only replica tests: a real API server writes
 /// through etcd.

@@ -4,16 +4,15 @@
 //! store is ready count as part of the initial list (low priority); later
 //! ones as changes.
 
-mod controller_common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use controller_common::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube_runtime::reflector::store::Writer;
 use tokio_workqueue_kube::{Action, Controller};
+
+use crate::common::*;
 
 fn done(_: &str, _: usize) -> Answer {
     Ok(Action::await_change())

@@ -3,15 +3,14 @@
 //! finishes and the stream ends. The stream also ends when every trigger
 //! stream did, and dropping it aborts the reconciles in flight.
 
-mod controller_common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use controller_common::*;
 use futures::channel::oneshot;
 use kube_runtime::reflector::store::Writer;
 use tokio_workqueue_kube::{Action, Controller};
+
+use crate::common::*;
 
 const HOUR: Duration = Duration::from_secs(3600);
 

@@ -1,11 +1,11 @@
-//! What the `controller_*` tests share: objects made by hand, a feeder of
+//! What the controller tests share: objects made by hand, a feeder of
 //! watcher events, a record of every reconcile (when it started and ended,
 //! how many ran at once) and a collector of the controller's result stream.
 //!
 //! Everything runs on paused tokio time: times are exact, and a test that
 //! waits for "an hour" takes no real time.
 
-#![allow(dead_code)] // each test binary uses a different part
+#![allow(dead_code)] // a toolkit: not every helper is in use by a test
 
 use std::collections::HashMap;
 use std::fmt;

@@ -16,8 +16,7 @@ use kube_runtime::watcher;
 use tokio::time::Instant;
 use tokio_workqueue_kube::{Action, Manager, ManagerError};
 
-mod manager_common;
-use manager_common::{Running, configmaps_owning_secrets, get, http};
+use crate::manager_common::{Running, configmaps_owning_secrets, get, http};
 
 const LIMIT: Duration = Duration::from_secs(20);
 

@@ -5,14 +5,11 @@
 //! streams built from an `Api` are type-checked and dropped, never polled
 //! (there is no server), and the same code then runs on hand-made events.
 
-mod controller_common;
-
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use controller_common::{cm, feeder, within_a_day};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube_client::{Api, Client, Resource};
@@ -20,6 +17,8 @@ use kube_runtime::controller::{Action, Config};
 use kube_runtime::reflector::ObjectRef;
 use kube_runtime::reflector::store::Writer;
 use kube_runtime::watcher;
+
+use crate::common::{cm, feeder, within_a_day};
 
 // ---- What a kube-runtime user has written, unchanged. ----
 

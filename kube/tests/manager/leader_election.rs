@@ -18,8 +18,7 @@ use tokio::time::{Instant, sleep};
 use tokio_workqueue_kube::leader::{LeaderElection, LeaseConfig};
 use tokio_workqueue_kube::{Action, Manager, ManagerError};
 
-mod replica_common;
-use replica_common::{Record, TestError};
+use crate::replica_common::{Record, TestError};
 
 const LEASE: Duration = Duration::from_millis(600);
 const RENEW: Duration = Duration::from_millis(400);
@@ -125,7 +124,7 @@ async fn holder(client: Client) -> Option<String> {
 }
 
 /// Waits until `done` holds for the record, up to `LIMIT`.
-async fn until(record: &Record, mut done: impl FnMut(&[replica_common::Run]) -> bool) {
+async fn until(record: &Record, mut done: impl FnMut(&[crate::replica_common::Run]) -> bool) {
     let deadline = Instant::now() + LIMIT;
     while !done(&record.runs()) {
         assert!(Instant::now() < deadline, "timed out: {:?}", record.runs());

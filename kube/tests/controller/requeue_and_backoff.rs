@@ -3,15 +3,14 @@
 //! error, the larger of the error policy's delay and the queue's per-key
 //! backoff, which a success resets (kube-rs#1916).
 
-mod controller_common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use controller_common::*;
 use kube_runtime::reflector::store::Writer;
 use tokio_workqueue::{Builder, ExponentialBackoff, WorkQueue};
 use tokio_workqueue_kube::{Action, Controller};
+
+use crate::common::*;
 
 const HOUR: Duration = Duration::from_secs(3600);
 

@@ -15,8 +15,7 @@ use kube_client::api::{Api, PostParams};
 use kube_test_cluster::{Backend, TestNamespace, backends};
 use tokio_workqueue_kube::Manager;
 
-mod manager_common;
-use manager_common::{Running, http};
+use crate::manager_common::{Running, http};
 
 async fn get(addr: std::net::SocketAddr, path: &str, token: Option<&str>) -> u16 {
     http(addr, "GET", path, token).await.0
