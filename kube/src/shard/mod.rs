@@ -147,13 +147,16 @@ mod config;
 mod member;
 #[cfg(feature = "prometheus")]
 mod metrics;
+#[doc(hidden)]
+pub mod protocol;
 mod ring;
 
 pub use config::ShardConfig;
+pub(crate) use member::Member;
 pub use member::Shards;
-pub(crate) use member::{Declared, Member, View};
 #[cfg(feature = "prometheus")]
 pub use metrics::ShardMetrics;
+pub(crate) use protocol::{Declared, HandOut, View};
 pub use ring::owner;
 pub(crate) use ring::{Members, object_hash};
 
