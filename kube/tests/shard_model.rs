@@ -71,61 +71,80 @@
 //!
 //! Time is abstract. Each replica has three ages, in renew-deadline steps:
 //! of the renewal its controller's view carries, of the one its latest
-//! published view carries, and of its last confirmed renewal (0: within
-//! the deadline; 1: past it, fenced; 2: past deadline + grace, or never:
-//! its reconciles are cancelled). A `Tick` ages one of them by a step, any
-//! time, older ones at least as old as newer ones. A reader may judge a
-//! Lease stale only if it saw that same record at its previous read and its
-//! holder is down, or has all three ages at 2 and no successful write whose
-//! answer is on the way: that is the guarantee lease duration > renew
-//! deadline + grace gives, on any clock rate. Nothing else depends on time.
+//! published view carries (which each reconcile's fence follows), and of
+//! its last confirmed renewal. 0: within the renew deadline; 1: past it,
+//! fenced (nothing starts); 2: past deadline + grace, or never renewed (its
+//! reconciles are cancelled). A `Tick` makes all three a step older (capped
+//! at 2); it is free while the replica is cut off, and otherwise counts as
+//! an event (slow or failing requests, a stalled task). A confirmed renewal
+//! is 0, a published view takes the last confirmed renewal's age, the
+//! controller's view the published one's. A reader may judge a Lease stale
+//! only if it saw that same record at its previous read and the holder is
+//! down or at age 2: the guarantee that lease duration > renew deadline +
+//! grace gives on every clock, since a reader's lease duration starts when
+//! it first saw the record, after the holder sent the renewal that wrote
+//! it. Nothing else depends on time.
 //!
 //! # Faults and delays
 //!
-//! * A renewal may land at any later point, and its answer be lost (a
-//!   timeout): the write then stays on the wire as a *ghost* that may
-//!   still land, or never does. A read's snapshot is taken at one point and
-//!   acted on later, and the controller may act on a view older than the one
-//!   published: replicas act on stale reads, and a declaration may be
-//!   written after the view the controller acts on was read (the race
-//!   `may_start`'s declaration number closes; `mutant_without_the_
-//!   declaration_number` shows the checker finds it when that check is
-//!   taken out).
-//! * Crash (a restarted process is a new incarnation under the same name),
-//!   join, graceful leave (release), cut off from the API server and back
-//!   (watch re-listed), requests timing out, a member's Lease deleted by
-//!   hand, released Leases deleted by the others, changes to keys.
+//! * A renewal's answer may be lost: it was written, or it stays on the
+//!   wire as a *ghost* that may land at any later point (also after the
+//!   process crashed), or it never reaches the server. A list is taken at
+//!   one point and acted on later (expiries included), and the controller
+//!   takes each published view in a step of its own, so it may act on a
+//!   view older than the one published while the task writes newer
+//!   declarations: a declaration may be written after the view the
+//!   controller acts on was read (the race `may_start`'s declaration
+//!   number closes; `the_race_of_a_declaration_written_after_the_view_was_read`
+//!   replays it with and without that check, and `two_cut_offs` explores
+//!   its state space exhaustively).
+//! * Crash (a restart is a new process under the same name), join,
+//!   graceful leave (the Lease released, nothing running), cut off from the
+//!   API server and back (its watch lists again), renewals and lists timing
+//!   out, a held Lease deleted by hand, released Leases deleted by the
+//!   others at any time, changes to objects.
 //!
-//! Crashes, joins, leaves, cuts, timeouts and deletions by hand count
-//! against an event budget per run; changes against a budget of their own.
+//! Crashes, joins, leaves, cut-offs, timeouts, slow steps and deletions by
+//! hand count against an event budget per run; changes against a budget of
+//! their own. Runs start from a settled group: replicas `0..up` started,
+//! renewed and read until nothing changed, every object just created and
+//! its key queued by its owner.
 //!
 //! # Properties
 //!
 //! * Safety (`always`): no key runs on two replicas at once, in every
-//!   reachable state.
+//!   reachable state (a reconcile runs from its start to its end, its
+//!   cancellation by the fence, or its process's crash).
 //! * Liveness: from every reachable state with a replica up, a continuation
-//!   without faults (no crash, join, leave, cut, timeout, deletion by hand,
-//!   tick or change; a cut-off replica may come back, ghosts may land)
-//!   can still reach a state where every change was reconciled by a
-//!   reconcile that started after it and finished. Checked on the whole
-//!   graph (every state reaches such a state through fault-free steps), which,
-//!   the graph being finite, means that every fault-free run that is fair
-//!   (a step enabled infinitely often is taken) reconciles every change.
+//!   without faults (no crash, join, leave, cut-off, timeout, slow step,
+//!   deletion by hand or change; a cut-off replica may come back, ghosts
+//!   may land) can still reach a state where every change was reconciled
+//!   (a reconcile started after it, and none is running). Checked on the
+//!   whole graph: every state reaches such a state through fault-free
+//!   steps. The graph being finite, every fault-free run that is fair (a
+//!   step enabled infinitely often is taken) then reconciles every change.
+//! * Coverage (`sometimes`): the situations the model is about are
+//!   reached (an expired member still up, a declaration on a Lease that
+//!   the controller's view has not read, ...).
+//! * The checker finds what the rules guard against: without fencing
+//!   (`mutant_without_fencing`) it finds an overlap.
 //!
 //! # Not modelled
 //!
-//! Real durations (a process paused between its check and its action
+//! Real durations (a process paused between its check and its action for
 //! longer than lease duration minus renew deadline breaks fencing, as
-//! documented); the watch itself (every replica's store is up to date, a
-//! cut-off replica re-lists on its return); the forget-after timing (a
-//! released Lease may be deleted at any time); more than one ghost write per
-//! replica; two replicas under one identity; the split cache.
+//! documented); the watch (every replica's store is up to date, a cut-off
+//! replica lists again on its return); the forget-after timing; more than
+//! one ghost per replica; two replicas under one identity; error policies
+//! (a cancelled reconcile is queued again); the split cache.
 //!
 //! # Running
 //!
 //! `cargo test -p tokio-workqueue-kube --test shard_model` runs the default
-//! sizes; `SHARD_MODEL=full` adds the larger ones (also `#[ignore]`d tests,
-//! run with `-- --ignored`). Each test prints the states explored.
+//! sizes (two replicas, two keys, one event; under a minute in debug
+//! builds). The larger ones are `#[ignore]`d: `cargo test --release -p
+//! tokio-workqueue-kube --test shard_model -- --ignored --nocapture`.
+//! Each check prints the states it explored and its time.
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
