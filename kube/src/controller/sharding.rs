@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::at_end::AtEnd;
 use super::watched::Watched;
-use crate::shard::{Declared, Member, Members, Shards, View, object_hash};
+use crate::shard::{Declared, HandOut, Member, Members, Shards, View, object_hash};
 
 /// The hash of the key string the shards use: `namespace/name`, or `name`.
 fn hash_of<K: Resource>(key: &ObjectRef<K>) -> u64 {
@@ -177,35 +177,27 @@ where
         self.view.owns(hash_of(key))
     }
 
-    /// Whether `key` may start now: not fenced (checked against the clock
-    /// too, in case the timer has not run yet), the view has seen every
-    /// declaration sent (so its acknowledgements cover all that may be on
-    /// our Lease), the latest declaration gives it to us, and the view
-    /// clears it.
-    fn may_start(&self, key: u64) -> bool {
-        let declared = self.declared.borrow();
+    /// Whether this replica may act on its view now: not fenced, checked
+    /// against the clock too, in case the timer has not run yet. (Whether
+    /// a key may start is the view's [`View::may_start`].)
+    fn fresh(&self) -> bool {
         !self.fenced
             && self
                 .view
                 .renewed
                 .is_some_and(|r| Instant::now() < r + self.renew_deadline)
-            && self.view.declared == declared.0
-            && declared.1.gives(key, &self.view.me)
-            && self.view.cleared(key)
     }
 
     /// What to do with a key the queue handed out.
     pub(crate) fn check(&mut self, key: &ObjectRef<K>) -> Check {
         let hash = hash_of(key);
-        if !self.view.owns(hash) {
-            return Check::NotOurs;
-        }
-        if self.may_start(hash) {
-            Check::Start
-        } else {
+        let check = self
+            .view
+            .hand_out(&self.declared.borrow(), self.fresh(), hash);
+        if check == HandOut::Parked {
             self.parked.insert(key.clone());
-            Check::Parked
         }
+        check
     }
 
     /// A reconcile of `key` starts: what ends it early.
@@ -231,22 +223,12 @@ where
     /// Declares the current view for acknowledgement once nothing it takes
     /// from this replica is in flight.
     fn declare(&mut self) {
-        let view = &self.view;
-        // Settled (the usual case): nothing to look through.
-        if self.declared.borrow().1 == view.members {
-            return;
-        }
-        if self.running.keys().all(|k| view.owns(hash_of(k))) {
-            let members = view.members.clone();
-            self.declared.send_if_modified(|(number, declared)| {
-                if *declared == members {
-                    return false;
-                }
-                tracing::debug!(?members, "acknowledging the shard view");
-                *number += 1;
-                *declared = members;
-                true
-            });
+        let next = self
+            .view
+            .declaration(&self.declared.borrow(), self.running.keys().map(hash_of));
+        if let Some(next) = next {
+            tracing::debug!(members = ?next.1, "acknowledging the shard view");
+            self.declared.send_replace(next);
         }
     }
 
@@ -273,7 +255,7 @@ where
                 let hash = object_hash(meta.namespace.as_deref(), name);
                 if view.members.gives(hash, me) {
                     owned += 1;
-                    if changed && !old.gives(hash, me) {
+                    if changed && view.gained(old, hash) {
                         self.parked
                             .insert(ObjectRef::from_obj_with(&*object, self.dyntype.clone()));
                     }
@@ -293,14 +275,15 @@ where
         self.declare();
         let mut cleared = Vec::new();
         let mut lost = Vec::new();
+        let fresh = self.fresh();
+        let declared = self.declared.borrow().clone();
         for key in std::mem::take(&mut self.parked) {
-            let hash = hash_of(&key);
-            if !view.owns(hash) {
-                lost.push(key);
-            } else if self.may_start(hash) {
-                cleared.push(key);
-            } else {
-                self.parked.insert(key);
+            match view.hand_out(&declared, fresh, hash_of(&key)) {
+                HandOut::NotOurs => lost.push(key),
+                HandOut::Start => cleared.push(key),
+                HandOut::Parked => {
+                    self.parked.insert(key);
+                }
             }
         }
         Resharded { cleared, lost }
@@ -379,13 +362,5 @@ pub(crate) struct Resharded<K: Resource> {
     pub(crate) lost: Vec<ObjectRef<K>>,
 }
 
-/// What [`Sharding::check`] found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Check {
-    /// Reconcile it.
-    Start,
-    /// Another replica owns it now: drop it.
-    NotOurs,
-    /// Ours, but not cleared yet: it waits aside.
-    Parked,
-}
+/// What [`Sharding::check`] found: the protocol's [`HandOut`].
+pub(crate) type Check = HandOut;

@@ -15,6 +15,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until, timeout_at};
 
 use super::config::ShardConfig;
+use super::protocol::{AckLog, Declared, Verdict, View, judge};
 use super::ring::Members;
 use super::{ACK_ANNOTATION, GROUP_LABEL};
 use crate::leader::LeaseConfigError;
@@ -96,8 +97,7 @@ impl Shards {
             clock: self.clock,
             me,
             declared,
-            sent: 0,
-            acked: vec![Members::default()],
+            acks: AckLog::default(),
             own: None,
             observed: HashMap::new(),
             renewed: None,
@@ -110,62 +110,6 @@ impl Shards {
             name: self.config.lease_name(),
             me: self.config.identity().to_string(),
         })
-    }
-}
-
-/// A member set this replica is ready to acknowledge, numbered from 1 in
-/// the order it was declared (0: nothing declared yet).
-pub(crate) type Declared = (u64, Members);
-
-/// What this replica knows of its group after one round of renewing its
-/// Lease and reading the group's.
-#[derive(Debug, Clone)]
-pub(crate) struct View {
-    pub(crate) me: Arc<str>,
-    /// The live members: those whose Lease record changed within a lease
-    /// duration by our clock, and this replica once it has renewed.
-    pub(crate) members: Members,
-    /// Every acknowledgement that may be on this replica's Lease: the one
-    /// last written, and any whose write was sent but not confirmed.
-    pub(crate) acked: Vec<Members>,
-    /// The acknowledgement on each other live member's Lease, read after
-    /// every write in `acked` was sent.
-    pub(crate) others: Vec<(Arc<str>, Members)>,
-    /// When the last successful renewal was sent: this replica may act
-    /// until a renew deadline after it.
-    pub(crate) renewed: Option<Instant>,
-    /// The number of the last declaration sent before the read: `acked`
-    /// covers every declaration up to it.
-    pub(crate) declared: u64,
-}
-
-impl View {
-    /// Before the first round: no members, nothing acknowledged.
-    pub(crate) fn unknown(me: Arc<str>) -> Self {
-        View {
-            me,
-            members: Members::default(),
-            acked: vec![Members::default()],
-            others: Vec::new(),
-            renewed: None,
-            declared: 0,
-        }
-    }
-
-    /// Whether the key whose hash is `key` is this replica's to queue.
-    pub(crate) fn owns(&self, key: u64) -> bool {
-        self.members.gives(key, &self.me)
-    }
-
-    /// Whether nobody else may run `key` now and this replica has said it
-    /// may: every acknowledgement that may be on our Lease gives it to us,
-    /// and no other live member's gives it to that member. (Whether we are
-    /// fenced, and what we declared but have not written, the caller
-    /// checks.)
-    pub(crate) fn cleared(&self, key: u64) -> bool {
-        self.owns(key)
-            && self.acked.iter().all(|a| a.gives(key, &self.me))
-            && self.others.iter().all(|(id, a)| !a.gives(key, id))
     }
 }
 
@@ -244,10 +188,9 @@ struct Task {
     clock: WallClock,
     me: Arc<str>,
     declared: watch::Receiver<Declared>,
-    /// The number of the last declaration sent.
-    sent: u64,
-    /// Every acknowledgement that may be on our Lease.
-    acked: Vec<Members>,
+    /// Every acknowledgement that may be on our Lease, and the number of
+    /// the last declaration sent.
+    acks: AckLog,
     /// Our Lease as last read or written (its resourceVersion is the one
     /// the next renewal writes with).
     own: Option<Lease>,
@@ -293,11 +236,9 @@ impl Task {
     /// kube-apiserver may turn into a create) never brings back a Lease
     /// that was deleted.
     async fn renew(&mut self) -> Result<(), kube_client::Error> {
-        let (number, ack) = self.declared.borrow_and_update().clone();
-        if !self.acked.contains(&ack) {
-            self.acked.push(ack.clone());
-        }
-        self.sent = number;
+        let declared = self.declared.borrow_and_update().clone();
+        self.acks.sending(&declared);
+        let ack = declared.1;
         let name = self.config.lease_name();
         let current = match self.own.take() {
             Some(lease) => Some(lease),
@@ -318,7 +259,7 @@ impl Task {
         };
         let lease = written?;
         self.own = Some(lease);
-        self.acked = vec![ack];
+        self.acks.written(ack);
         Ok(())
     }
 
@@ -413,15 +354,15 @@ impl Task {
                 seen.push((name, o, true));
             }
         }
-        let mut members = Vec::new();
-        let mut others = Vec::new();
+        let mut live = Vec::new();
         for (name, mut o, vanished) in seen {
             let unchanged_for = o.seen.unchanged_for(sent);
-            match &o.holder {
-                Some(holder) if **holder != *self.me => {
-                    if unchanged_for < lease_duration || !self.expire(&name, &o, vanished).await {
-                        members.push(holder.clone());
-                        others.push((holder.clone(), o.ack.clone()));
+            let held_by_another = o.holder.as_deref().is_some_and(|h| *h != *self.me);
+            let verdict = judge(held_by_another, unchanged_for >= lease_duration);
+            match (verdict, o.holder.clone()) {
+                (Verdict::Live | Verdict::Stale, Some(holder)) => {
+                    if verdict == Verdict::Live || !self.expire(&name, &o, vanished).await {
+                        live.push((holder, o.ack.clone()));
                         self.observed.insert(name, o);
                     }
                     // Expired and released: the next read sees the record
@@ -430,7 +371,7 @@ impl Task {
                 // Released (or ours under another name): not a member.
                 // Deleted once unchanged for the forget-after time, tried
                 // again a forget-after time later if it is still there.
-                _ => {
+                (Verdict::Released, _) | (_, None) => {
                     if !vanished {
                         if unchanged_for >= forget_after
                             && o.forgot
@@ -445,17 +386,14 @@ impl Task {
             }
         }
         let renew_deadline = self.config.renew_deadline();
-        if self.renewed.is_some_and(|r| sent < r + renew_deadline) {
-            members.push(self.me.clone());
-        }
-        Ok(View {
-            me: self.me.clone(),
-            members: Members::new(members),
-            acked: self.acked.clone(),
-            others,
-            renewed: self.renewed,
-            declared: self.sent,
-        })
+        let counts_itself = self.renewed.is_some_and(|r| sent < r + renew_deadline);
+        Ok(View::read(
+            self.me.clone(),
+            live,
+            counts_itself,
+            &self.acks,
+            self.renewed,
+        ))
     }
 
     /// Deletes a Lease nobody held or renewed for the forget-after time,

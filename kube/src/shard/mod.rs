@@ -106,7 +106,10 @@
 //! crashes (hand-over about 600 ms), a replica cut off and back (it stops
 //! by about 500 ms, before anyone takes over), a replica joining (231 of
 //! 1,000 keys moved), a replica cut off while nobody polls its stream, a
-//! Lease deleted by hand and clocks 5 s off: these cases only there. `tests/on_apiserver/shards.rs` runs the split, a crash
+//! Lease deleted by hand and clocks 5 s off: these cases only there.
+//! `tests/shard_model.rs` explores the protocol exhaustively at small
+//! sizes with a model checker that decides through `shard::protocol`, the
+//! functions this module runs. `tests/on_apiserver/shards.rs` runs the split, a crash
 //! hand-over and a graceful shutdown on both that server and a real
 //! kube-apiserver. The README's "Scale-out across replicas" lists what was
 //! run by hand against a real cluster.
@@ -147,13 +150,16 @@ mod config;
 mod member;
 #[cfg(feature = "prometheus")]
 mod metrics;
+#[doc(hidden)]
+pub mod protocol;
 mod ring;
 
 pub use config::ShardConfig;
+pub(crate) use member::Member;
 pub use member::Shards;
-pub(crate) use member::{Declared, Member, View};
 #[cfg(feature = "prometheus")]
 pub use metrics::ShardMetrics;
+pub(crate) use protocol::{Declared, HandOut, View};
 pub use ring::owner;
 pub(crate) use ring::{Members, object_hash};
 

@@ -95,7 +95,7 @@ pub fn owner<'a, S: AsRef<str>>(key: &str, members: &'a [S]) -> Option<&'a str> 
 }
 
 /// One member, with its hash computed once.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq, Hash)]
 struct Member {
     id: Arc<str>,
     hash: u64,
@@ -103,8 +103,8 @@ struct Member {
 
 /// A set of members, sorted and without duplicates: a replica's view of
 /// the group, or the set it acknowledged on its Lease.
-#[derive(Clone, Default, PartialEq, Eq)]
-pub(crate) struct Members(Arc<[Member]>);
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
+pub struct Members(Arc<[Member]>);
 
 impl Members {
     pub(crate) fn new<S: Into<Arc<str>>>(ids: impl IntoIterator<Item = S>) -> Self {
@@ -152,6 +152,12 @@ impl Members {
     /// Reads [`encode`](Self::encode)'s form; empty names are skipped.
     pub(crate) fn decode(text: &str) -> Self {
         Members::new(text.split(',').map(str::trim).filter(|s| !s.is_empty()))
+    }
+}
+
+impl FromIterator<Arc<str>> for Members {
+    fn from_iter<T: IntoIterator<Item = Arc<str>>>(ids: T) -> Self {
+        Members::new(ids)
     }
 }
 
