@@ -173,6 +173,7 @@ pub mod ordering;
 pub mod shard;
 mod signals;
 mod triage;
+mod watch_backoff;
 
 pub use adapter::{
     Enqueue, EnqueueError, Enqueued, ObjectRefFn, WatchAdapter, WatchPriorities, WatchQueueExt,

@@ -11,7 +11,6 @@ mod run;
 mod settings;
 mod sharding;
 mod strip;
-mod trigger_backoff;
 mod triggers;
 mod watched;
 
@@ -37,11 +36,11 @@ pub use run::Runner;
 
 use self::replication::Replication;
 use self::run::{PartitionFn, Settings, Work};
-use self::trigger_backoff::TriggerBackoff;
 use self::triggers::TriggerStream;
 use crate::WatchPriorities;
 use crate::leader::LeaderElection;
 use crate::shard::Shards;
+use crate::watch_backoff::WatchBackoff;
 use tokio_workqueue::Builder;
 use tokio_workqueue::ordering::{Ordering, Priorities};
 
@@ -951,7 +950,7 @@ where
             queues,
             one_at_a_time,
         };
-        let triggers = TriggerBackoff::new(self.triggers, self.trigger_backoff).boxed();
+        let triggers = WatchBackoff::new(self.triggers, self.trigger_backoff).boxed();
         let any = |futures: Vec<BoxFuture<'static, ()>>| {
             (!futures.is_empty()).then(|| future::select_all(futures).map(|_| ()).boxed())
         };

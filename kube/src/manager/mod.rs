@@ -231,7 +231,9 @@ impl Shared {
         K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
     {
         let id = SourceId::new::<K>(api.resource_url(), &wc);
-        self.source(id, move || Source::new(watcher::watcher(api, wc), dyntype))
+        self.source(id, move || {
+            Source::new(paced(watcher::watcher(api, wc)), dyntype)
+        })
     }
 
     /// The shared metadata-only watch of `api` + `wc` (what `owns` needs
@@ -248,7 +250,7 @@ impl Shared {
     {
         let id = SourceId::new::<PartialObjectMeta<K>>(api.resource_url(), &wc);
         #[allow(deprecated)]
-        let make = move || Source::new(watcher::metadata_watcher(api, wc), dyntype);
+        let make = move || Source::new(paced(watcher::metadata_watcher(api, wc)), dyntype);
         self.source(id, make)
     }
 
@@ -685,4 +687,15 @@ impl fmt::Debug for Manager {
             .field("endpoint", &self.local_addr())
             .finish_non_exhaustive()
     }
+}
+
+/// A shared watch paced between failures by kube-runtime's default backoff
+/// (a `410 Gone` re-lists at once): it runs on its own task, so the
+/// controllers' trigger backoffs, which pace what they receive, do not pace
+/// it, and without this a failing list would be retried in a loop.
+fn paced<S, T>(watch: S) -> crate::watch_backoff::WatchBackoff<S, watcher::DefaultBackoff>
+where
+    S: futures_core::Stream<Item = Result<T, watcher::Error>>,
+{
+    crate::watch_backoff::WatchBackoff::new(watch, watcher::DefaultBackoff::default())
 }

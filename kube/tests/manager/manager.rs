@@ -213,6 +213,40 @@ async fn no_controller_reconciles_before_every_cache_synced() {
     run.stop(LIMIT).await;
 }
 
+/// A shared watch whose list keeps failing is retried after a backoff, not
+/// in a loop: it runs on a task of its own, which the controllers' trigger
+/// backoffs do not pace. (Unpaced, it re-listed as fast as the server
+/// answered, and a client that failed without I/O spun in one poll, which
+/// hung the runtime's shutdown.) kube-runtime's default backoff waits
+/// 0.8 s, then 1.6 s: over 1.5 s, two or three lists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_shared_watch_is_retried_after_a_backoff() {
+    let server = LocalApiServer::start().await;
+    server.inject(Fault::status(500).verb(Verb::List).resource("configmaps"));
+    let ctx = Arc::new(Ctx::default());
+    let mut manager = Manager::new(server.client());
+    let results = manager
+        .controller_for::<ConfigMap>(watcher::Config::default())
+        .run(
+            |cm: Arc<ConfigMap>, ctx: Arc<Ctx>| async move {
+                ctx.record("configmaps", cm.name_any());
+                Ok::<_, TestError>(Action::await_change())
+            },
+            policy,
+            ctx.clone(),
+        );
+    manager.add("configmaps", results).unwrap();
+    let run = Running::start(manager);
+    // Real time: the backoff runs on tokio's clock, which is not paused.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let lists = server.requests().of(Verb::List, "configmaps");
+    assert!(
+        (1..=4).contains(&lists),
+        "{lists} lists of a failing watch in 1.5 s"
+    );
+    run.stop(LIMIT).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_drains_every_controller_and_stops_the_endpoint_last() {
     let server = LocalApiServer::start().await;

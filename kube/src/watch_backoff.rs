@@ -1,8 +1,11 @@
 //! The pause after a watch fails, except where the failure asks for a
 //! re-list.
 //!
-//! A controller's trigger streams are kube-runtime watchers merged into one
-//! stream, and one [`Backoff`] paces them: after an error the stream is not
+//! A watcher must be paced between failures, or it retries at once, in a
+//! loop. A controller's trigger streams are kube-runtime watchers merged
+//! into one stream, and one [`Backoff`] paces them (the controller's
+//! trigger backoff); a Manager's shared watch, which runs on a task of its
+//! own, is paced by one of kube-runtime's default backoff: after an error the stream is not
 //! polled until the backoff's next delay has passed, and any event resets
 //! it. That is kube-runtime's `StreamBackoff`, with one difference.
 //!
@@ -32,7 +35,7 @@ use tokio::time::{Sleep, sleep};
 /// `stream`, paused by `backoff` after each error other than a watch's
 /// `410 Gone`; ends if the backoff gives up (returns `None`).
 #[pin_project]
-pub(crate) struct TriggerBackoff<S, B> {
+pub(crate) struct WatchBackoff<S, B> {
     #[pin]
     stream: S,
     backoff: B,
@@ -41,9 +44,9 @@ pub(crate) struct TriggerBackoff<S, B> {
     given_up: bool,
 }
 
-impl<S, B> TriggerBackoff<S, B> {
+impl<S, B> WatchBackoff<S, B> {
     pub(crate) fn new(stream: S, backoff: B) -> Self {
-        TriggerBackoff {
+        WatchBackoff {
             stream,
             backoff,
             pause: None,
@@ -58,7 +61,7 @@ fn relists(error: &watcher::Error) -> bool {
     matches!(error, watcher::Error::WatchError(status) if status.code == 410)
 }
 
-impl<S, T, B> Stream for TriggerBackoff<S, B>
+impl<S, T, B> Stream for WatchBackoff<S, B>
 where
     S: Stream<Item = Result<T, watcher::Error>>,
     B: Backoff,
@@ -155,7 +158,7 @@ mod tests {
         let (backoff, asked, resets) = counting(usize::MAX);
         let items = stream::iter(vec![Ok(1), Err(status(410)), Ok(2)]);
         let start = Instant::now();
-        let out: Vec<_> = TriggerBackoff::new(items, backoff).collect().await;
+        let out: Vec<_> = WatchBackoff::new(items, backoff).collect().await;
         assert_eq!(out.len(), 3);
         assert!(matches!(out[1], Err(watcher::Error::WatchError(ref s)) if s.code == 410));
         assert_eq!(start.elapsed(), Duration::ZERO);
@@ -171,7 +174,7 @@ mod tests {
     async fn other_errors_pause_for_the_backoffs_delay() {
         let (backoff, asked, _) = counting(usize::MAX);
         let items = stream::iter(vec![Err(status(500)), Ok(1), Err(status(403)), Ok(2)]);
-        let mut triggers = std::pin::pin!(TriggerBackoff::new(items, backoff));
+        let mut triggers = std::pin::pin!(WatchBackoff::new(items, backoff));
         let start = Instant::now();
         assert!(triggers.next().await.unwrap().is_err());
         assert_eq!(
@@ -191,7 +194,7 @@ mod tests {
     async fn a_backoff_that_gives_up_ends_the_stream() {
         let (backoff, _, _) = counting(0);
         let items = stream::iter(vec![Err(status(500)), Ok(1)]);
-        let out: Vec<_> = TriggerBackoff::new(items, backoff).collect().await;
+        let out: Vec<_> = WatchBackoff::new(items, backoff).collect().await;
         assert_eq!(out.len(), 1, "nothing after the backoff gave up");
     }
 
@@ -206,7 +209,7 @@ mod tests {
         // A watch that could not even start: the watcher retries the same
         // resourceVersion, so this is paced like any failure.
         let items = stream::iter(vec![Err::<u8, _>(watcher::Error::WatchStartFailed(gone))]);
-        let out: Vec<_> = TriggerBackoff::new(items, backoff).collect().await;
+        let out: Vec<_> = WatchBackoff::new(items, backoff).collect().await;
         assert_eq!(out.len(), 1);
         assert_eq!(asked.load(Ordering::SeqCst), 1);
     }
