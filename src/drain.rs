@@ -203,8 +203,7 @@ fn shut_down<K: Key, O: Ordering<K>>(
     let keep_until =
         keep_until.filter(|_| st.is_shutdown() || (shared.start_timer)(shared, &mut st).is_ok());
     let fx = st.shutdown_keeping(keep_until, &mut |k: &K| dropped.push(k.clone()));
-    drop(st);
-    shared.apply(fx, 0);
+    shared.release(st, fx);
     dropped
 }
 

@@ -207,10 +207,8 @@ impl<K, O: Ordering<K>> WorkItem<K, O> {
         }
         let (fx, finished, forgotten) = st.finish(self.slot, self.lease, readd, now);
         let outcome = outcome.and(finished.map_err(refused));
-        let wake = fx.wake.min(st.parked as u32);
-        drop(st);
+        shared.release(st, fx);
         drop(forgotten);
-        shared.apply(fx, wake);
         self.report_done(now);
         if retry
             && outcome.is_ok()

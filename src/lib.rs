@@ -173,7 +173,8 @@
 //! # Cost
 //! An undelayed queue runs no background task. Each add, hand-out and lease
 //! end takes one lock once, briefly; each key that becomes ready wakes at most
-//! one parked consumer. A queue keeps, per key, one 48-byte slot (for `String`
+//! one waiting consumer. A waiting consumer (a `get`, or the queue polled as
+//! a stream) keeps its wait inline and allocates nothing while it waits. A queue keeps, per key, one 48-byte slot (for `String`
 //! keys) and a 4-byte index entry; a key waiting on a delay also holds one
 //! timer entry, released when the key leaves the wait.
 #![warn(missing_docs)]
@@ -200,6 +201,7 @@ mod state;
 mod sync;
 mod throttle;
 mod timer;
+mod waiters;
 mod workers;
 
 pub use builder::Builder;

@@ -2,7 +2,8 @@
 //!
 //! A [`WorkQueue`] is a cheap handle to the queue's [`Shared`] state (see
 //! `shared.rs` for the lock and the wake-ups); as a [`Stream`] it keeps the
-//! wait of a consumer that found nothing ready.
+//! wait of a consumer that found nothing ready, inline: a waiter number,
+//! nothing boxed.
 
 use crate::Key;
 use std::fmt;
@@ -19,7 +20,7 @@ use crate::limiter::RateLimiter;
 use crate::metrics::{MetricsHook, Probe, Snapshot, Source};
 use crate::options::{AddOpts, Lane};
 use crate::ordering::{Ordering, Priorities};
-use crate::shared::{Look, Shared, Take};
+use crate::shared::{Shared, Wait};
 use crate::state::State;
 use crate::sync::Arc;
 use crate::throttle::Throttle;
@@ -63,11 +64,9 @@ use crate::{Builder, timer};
 /// ```
 pub struct WorkQueue<K, O: Ordering<K> = Priorities> {
     pub(crate) shared: Arc<Shared<K, O>>,
-    /// The `get` this handle is waiting in when polled as a stream.
-    pending: Option<PendingGet<K, O>>,
+    /// The wait this handle is in when polled as a stream.
+    wait: Wait,
 }
-
-type PendingGet<K, O> = Pin<Box<dyn Future<Output = Option<WorkItem<K, O>>> + Send + Sync>>;
 
 impl<K: Key> WorkQueue<K> {
     /// A queue with the default ordering ([`Priorities`]: FIFO within a
@@ -112,7 +111,7 @@ impl<K: Key, O: Ordering<K>> WorkQueue<K, O> {
         }
         WorkQueue {
             shared,
-            pending: None,
+            wait: Wait::default(),
         }
     }
 
@@ -208,15 +207,20 @@ impl<K: Key, O: Ordering<K>> WorkQueue<K, O> {
     /// hand out. Cancel safe: dropping the future at any point loses no key,
     /// and a wake-up it had received passes to another consumer.
     pub async fn get(&self) -> Option<WorkItem<K, O>> {
-        self.shared.wait(Look::First).await
+        Get {
+            shared: &self.shared,
+            wait: Wait::default(),
+        }
+        .await
     }
 
     /// Refuses new adds and drops keys waiting on delays (and their timers).
     /// Keys already ready, and keys re-added while leased, are still handed
     /// out; then `get` returns `None` and streams end.
     pub fn shutdown(&self) {
-        let fx = self.shared.state.lock().shutdown();
-        self.shared.apply(fx, 0);
+        let mut st = self.shared.state.lock();
+        let fx = st.shutdown();
+        self.shared.release(st, fx);
     }
 
     /// Shuts down as [`shutdown`](Self::shutdown) does, then waits until
@@ -275,7 +279,7 @@ impl<K, O: Ordering<K>> Clone for WorkQueue<K, O> {
     fn clone(&self) -> Self {
         WorkQueue {
             shared: self.shared.clone(),
-            pending: None,
+            wait: Wait::default(),
         }
     }
 }
@@ -295,21 +299,38 @@ impl<K: Key, O: Ordering<K>> Stream for WorkQueue<K, O> {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<WorkItem<K, O>>> {
         let this = self.get_mut();
-        if this.pending.is_none() {
-            // Most polls find a key: only a consumer that must wait pays for
-            // a boxed `get`.
-            match this.shared.take(Look::First) {
-                Take::Item(item) => return Poll::Ready(Some(item)),
-                Take::Closed => return Poll::Ready(None),
-                Take::Empty | Take::Throttled(_) => {}
-            }
-            // It just looked: the wait registers and looks again at once.
-            let shared = this.shared.clone();
-            this.pending = Some(Box::pin(async move { shared.wait(Look::Park).await }));
+        this.shared.poll_take(cx, &mut this.wait)
+    }
+}
+
+impl<K, O: Ordering<K>> Drop for WorkQueue<K, O> {
+    fn drop(&mut self) {
+        // A stream dropped while it waits passes on a wake-up it received.
+        if self.wait.is_registered() {
+            self.shared.cancel(&mut self.wait);
         }
-        let fut = this.pending.as_mut().expect("set above");
-        let out = std::task::ready!(fut.as_mut().poll(cx));
-        this.pending = None;
-        Poll::Ready(out)
+    }
+}
+
+/// The future of [`WorkQueue::get`]: a [`Wait`] and the queue it waits on.
+struct Get<'a, K, O: Ordering<K>> {
+    shared: &'a Arc<Shared<K, O>>,
+    wait: Wait,
+}
+
+impl<K: Key, O: Ordering<K>> Future for Get<'_, K, O> {
+    type Output = Option<WorkItem<K, O>>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        this.shared.poll_take(cx, &mut this.wait)
+    }
+}
+
+impl<K, O: Ordering<K>> Drop for Get<'_, K, O> {
+    fn drop(&mut self) {
+        if self.wait.is_registered() {
+            self.shared.cancel(&mut self.wait);
+        }
     }
 }

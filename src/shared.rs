@@ -3,16 +3,21 @@
 //!
 //! Every add, hand-out and lease end takes that lock once, briefly: keys
 //! are hashed and clocks read before it is taken, and tasks are woken and
-//! metrics told after it is released ([`Effects`] carries what to do). A
-//! consumer that finds nothing ready parks on a `Notify`, and each key that
-//! becomes ready wakes one parked consumer, never all of them: the state
-//! counts parked consumers, and a consumer is counted from the look that
-//! parks it to the look after its wake-up, so a park costs two lock rounds.
+//! metrics told after it is released ([`Effects`] carries what to do, and
+//! [`release`](Shared::release) does it). A consumer that finds nothing
+//! ready registers in the state's [`Waiters`](crate::waiters) in that same
+//! critical section, and each key that becomes ready wakes one registered
+//! consumer, never all of them: a wait costs one lock round to register and
+//! one to look again once woken. What a consumer keeps between polls is a
+//! [`Wait`], a waiter number and nothing pinned, so a [`WorkQueue`] polled
+//! as a stream keeps it inline.
 //! [`WorkQueue`](crate::WorkQueue), [`WorkItem`] and the timer task are
 //! handles to it.
 
+use std::future::Future;
 use std::hash::BuildHasher;
-use std::pin::pin;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -25,12 +30,12 @@ use crate::metrics::{MetricsHook, Snapshot, Source};
 use crate::ordering::Ordering;
 use crate::prefetch::SharedLayout;
 use crate::state::{Effects, MAX_DELAY, Refused, State, When};
-use crate::sync::{Arc, Mutex, Notify};
+use crate::sync::{Arc, Mutex, MutexGuard, Notify};
 use crate::throttle::Throttle;
+use crate::waiters::{Found, WaiterId, WakeList};
 
 pub(crate) struct Shared<K, O: Ordering<K>> {
     pub(crate) state: Mutex<State<K, O>>,
-    consumers: Notify,
     /// Woken at shutdown and when the last key is done: drains and `closed`.
     pub(crate) drained: Notify,
     hasher: hashbrown::DefaultHashBuilder,
@@ -49,12 +54,25 @@ pub(crate) struct Shared<K, O: Ordering<K>> {
 
 pub(crate) type StartTimer<K, O> = fn(&Arc<Shared<K, O>>, &mut State<K, O>) -> Result<(), AddError>;
 
-/// What one attempt to take a key found.
-pub(crate) enum Take<K: Key, O: Ordering<K>> {
-    Item(WorkItem<K, O>),
-    Empty,
-    Closed,
-    Throttled(Duration),
+/// A consumer's wait for a key, kept between polls (by a `get` future, or
+/// by a [`WorkQueue`](crate::WorkQueue) polled as a stream): its place among
+/// the waiting consumers, if it has one, and the sleep of a throttled
+/// consumer. It holds nothing pinned, so it is kept inline; only a throttle's
+/// sleep is boxed (throttles are opt-in, and that sleep is rare).
+///
+/// A wait that is dropped while registered must be given to
+/// [`Shared::cancel`], which passes on a wake-up it had received.
+#[derive(Debug, Default)]
+pub(crate) struct Wait {
+    waiter: Option<WaiterId>,
+    throttled: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl Wait {
+    /// Whether it holds a place among the waiting consumers.
+    pub(crate) fn is_registered(&self) -> bool {
+        self.waiter.is_some()
+    }
 }
 
 impl<K, O: Ordering<K>> Shared<K, O> {
@@ -69,7 +87,6 @@ impl<K, O: Ordering<K>> Shared<K, O> {
     ) -> Self {
         Shared {
             state: Mutex::new(state),
-            consumers: Notify::new(),
             drained: Notify::new(),
             hasher: hashbrown::DefaultHashBuilder::default(),
             layout: SharedLayout::default(),
@@ -124,109 +141,79 @@ impl<K: Key, O: Ordering<K>> Shared<K, O> {
         let fx = st
             .add(key, h, priority, when, now.filter(|_| self.track))
             .map_err(refused)?;
-        let wake = fx.wake.min(st.parked as u32);
-        let layout = st.layout();
-        drop(st);
-        self.layout.publish(layout);
-        self.apply(fx, wake);
+        self.layout.publish(st.layout());
+        self.release(st, fx);
         if retry && let Some(m) = &self.metrics {
             m.retry();
         }
         Ok(())
     }
 
-    /// Waits for the next ready key and leases it (the body of `get`):
-    /// `Look::First` looks before registering for a wake-up, `Look::Park`
-    /// registers first (the caller has just looked).
+    /// Takes the next ready key, or registers `wait` to be woken when
+    /// there may be one (the body of `get` and of the stream).
     ///
-    /// A consumer that parks costs two lock rounds, not four: the look that
-    /// parks it is the one made after registering for a wake-up (a stream
-    /// that just found nothing skips the look before it), and the look
-    /// after the wake-up also counts it as no longer parked.
-    pub(crate) async fn wait(self: &Arc<Self>, mut look: Look) -> Option<WorkItem<K, O>> {
+    /// Finding nothing and registering are one critical section, so a key
+    /// added in between cannot be missed; a registered consumer that is
+    /// polled again looks again only if it was notified or keys are ready.
+    pub(crate) fn poll_take(
+        self: &Arc<Self>,
+        cx: &mut Context<'_>,
+        wait: &mut Wait,
+    ) -> Poll<Option<WorkItem<K, O>>> {
+        // A consumer that finds nothing looks once more before it
+        // registers: releasing and retaking the lock gives a producer on
+        // another thread a moment to add, which is much cheaper than a
+        // wake-up through the scheduler.
+        let mut second_look = wait.waiter.is_none();
         loop {
-            if look == Look::First {
-                match self.take(Look::First) {
-                    Take::Item(item) => return Some(item),
-                    Take::Closed => return None,
-                    Take::Throttled(wait) => {
-                        tokio::time::sleep(wait).await;
-                        continue;
-                    }
-                    Take::Empty => {}
+            if let Some(sleep) = &mut wait.throttled {
+                ready!(sleep.as_mut().poll(cx));
+                wait.throttled = None;
+            }
+            let now = self.track.then(Instant::now);
+            let mut st = self.state.lock();
+            if let Some(id) = wait.waiter {
+                match st.waiters.poll(id, cx.waker()) {
+                    Found::Waiting if st.ready_len() == 0 => return Poll::Pending,
+                    // Keys are ready, though not for this one: it takes one.
+                    Found::Waiting => _ = st.waiters.cancel(id),
+                    Found::Notified => {}
                 }
+                wait.waiter = None;
             }
-            // Register for a wake-up before looking again, so a key added
-            // between the two looks cannot be missed.
-            let mut notified = pin!(self.consumers.notified());
-            notified.as_mut().enable();
-            let mut parked = Parked(Some(&**self));
-            match self.take(Look::Park) {
-                Take::Empty => {}
-                other => {
-                    // Not parked after all: the look did not count it.
-                    parked.0 = None;
-                    look = Look::First;
-                    match other {
-                        Take::Item(item) => return Some(item),
-                        Take::Closed => return None,
-                        Take::Throttled(wait) => {
-                            tokio::time::sleep(wait).await;
-                            continue;
-                        }
-                        Take::Empty => unreachable!("matched above"),
-                    }
+            if st.ready_len() == 0 {
+                if st.is_closed() {
+                    return Poll::Ready(None);
                 }
+                if std::mem::take(&mut second_look) {
+                    drop(st);
+                    continue;
+                }
+                wait.waiter = Some(st.waiters.register(cx.waker()));
+                return Poll::Pending;
             }
-            notified.await;
-            // The look after the wake-up unparks in the same critical
-            // section; if it is cancelled first, `parked` does it.
-            parked.0 = None;
-            look = Look::First;
-            match self.take(Look::Woken) {
-                Take::Item(item) => return Some(item),
-                Take::Closed => return None,
-                Take::Throttled(wait) => tokio::time::sleep(wait).await,
-                Take::Empty => {}
+            if let Some(throttle) = &self.throttle
+                && let Err(pause) = throttle.try_acquire()
+            {
+                drop(st);
+                wait.throttled = Some(Box::pin(tokio::time::sleep(pause)));
+                continue;
             }
-        }
-    }
-
-    pub(crate) fn take(self: &Arc<Self>, look: Look) -> Take<K, O> {
-        let now = self.track.then(Instant::now);
-        let mut st = self.state.lock();
-        if look == Look::Woken {
-            st.parked -= 1;
-        }
-        if st.ready_len() == 0 {
-            if st.is_closed() {
-                return Take::Closed;
+            let popped = st.pop(now).expect("a ready key");
+            let fx = st.closed_effects();
+            self.release(st, fx);
+            if let (Some(m), Some(now), Some(ready_at)) = (&self.metrics, now, popped.ready_at) {
+                m.handed_out(now.saturating_duration_since(ready_at));
             }
-            if look == Look::Park {
-                st.parked += 1;
-            }
-            return Take::Empty;
+            return Poll::Ready(Some(WorkItem::new(
+                self.clone(),
+                popped.key,
+                popped.slot,
+                popped.lease,
+                popped.priority,
+                now,
+            )));
         }
-        if let Some(throttle) = &self.throttle
-            && let Err(wait) = throttle.try_acquire()
-        {
-            return Take::Throttled(wait);
-        }
-        let popped = st.pop(now).expect("a ready key");
-        let fx = st.closed_effects();
-        drop(st);
-        self.apply(fx, 0);
-        if let (Some(m), Some(now), Some(ready_at)) = (&self.metrics, now, popped.ready_at) {
-            m.handed_out(now.saturating_duration_since(ready_at));
-        }
-        Take::Item(WorkItem::new(
-            self.clone(),
-            popped.key,
-            popped.slot,
-            popped.lease,
-            popped.priority,
-            now,
-        ))
     }
 
     pub(crate) fn snapshot(&self) -> Snapshot {
@@ -247,15 +234,20 @@ impl<K: Key, O: Ordering<K>> Shared<K, O> {
 }
 
 impl<K, O: Ordering<K>> Shared<K, O> {
-    /// Does what a state change asked for, outside the lock.
-    pub(crate) fn apply(&self, mut fx: Effects, wake: u32) {
+    /// Releases the lock and does what a state change asked for: consumers
+    /// to wake are picked under the lock and woken after it, with the
+    /// rest (drain waiters, the timer task, metrics).
+    pub(crate) fn release(&self, mut st: MutexGuard<'_, State<K, O>>, mut fx: Effects) {
+        let mut wake = WakeList::default();
         if fx.wake_all {
-            self.consumers.notify_waiters();
-            self.drained.notify_waiters();
+            st.waiters.notify_all(&mut wake);
         } else {
-            for _ in 0..wake {
-                self.consumers.notify_one();
-            }
+            st.waiters.notify(fx.wake, &mut wake);
+        }
+        drop(st);
+        wake.wake();
+        if fx.wake_all {
+            self.drained.notify_waiters();
         }
         if let Some(w) = fx.timer_waker.take() {
             w.wake();
@@ -265,6 +257,23 @@ impl<K, O: Ordering<K>> Shared<K, O> {
                 m.add();
             }
         }
+    }
+
+    /// Ends a wait that stops before it got a key (a dropped `get` or
+    /// stream): unregisters it, and passes a wake-up it had received, but
+    /// not used, to the next waiting consumer.
+    pub(crate) fn cancel(&self, wait: &mut Wait) {
+        wait.throttled = None;
+        let Some(id) = wait.waiter.take() else {
+            return;
+        };
+        let mut st = self.state.lock();
+        let pass_on = st.waiters.cancel(id) && st.ready_len() > 0;
+        let fx = Effects {
+            wake: u32::from(pass_on),
+            ..Effects::default()
+        };
+        self.release(st, fx);
     }
 }
 
@@ -284,30 +293,6 @@ impl<K, O: Ordering<K>> Drop for Shared<K, O> {
     fn drop(&mut self) {
         if let Some(task) = self.state.get_mut().timer_task.take() {
             task.abort();
-        }
-    }
-}
-
-/// Which look at the ready keys a consumer makes.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Look {
-    /// Before registering for a wake-up: finding nothing changes nothing.
-    First,
-    /// Registered: finding nothing counts the consumer as parked, so adds
-    /// know whom to wake.
-    Park,
-    /// Woken (or the wake-up passed on): no longer parked, whatever it finds.
-    Woken,
-}
-
-/// Uncounts a parked consumer whose wait is dropped before its next look
-/// (a cancelled `get`, a dropped stream); `None` once that look is made.
-struct Parked<'a, K, O: Ordering<K>>(Option<&'a Shared<K, O>>);
-
-impl<K, O: Ordering<K>> Drop for Parked<'_, K, O> {
-    fn drop(&mut self) {
-        if let Some(shared) = self.0 {
-            shared.state.lock().parked -= 1;
         }
     }
 }

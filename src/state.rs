@@ -61,6 +61,7 @@ use hashbrown::hash_table::Entry;
 
 use crate::ordering::{Handle, Ordering, Queued};
 use crate::prefetch::{self, IndexLayout};
+use crate::waiters::Waiters;
 use tokio::time::Instant;
 
 /// "No slot": the end of a list.
@@ -295,8 +296,8 @@ pub(crate) struct State<K, O: Ordering<K>> {
     /// Serve keys older than this first, oldest first.
     promote_after: Option<Duration>,
     shutdown: bool,
-    /// Consumers parked in `get`.
-    pub(crate) parked: usize,
+    /// Consumers waiting for a key.
+    pub(crate) waiters: Waiters,
     /// The timer task, once a delayed add started it.
     pub(crate) timer_task: Option<tokio::task::AbortHandle>,
 }
@@ -522,7 +523,7 @@ impl<K, O: Ordering<K>> State<K, O> {
             }),
             promote_after,
             shutdown: false,
-            parked: 0,
+            waiters: Waiters::default(),
             timer_task: None,
         }
     }

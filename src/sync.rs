@@ -1,6 +1,7 @@
 //! The synchronisation primitives the queue is built on, swappable for loom's.
 //!
-//! Normal builds use `parking_lot`'s mutex and tokio's `Notify`. Built with
+//! Normal builds use `parking_lot`'s mutex and tokio's `Notify` (for drain
+//! waiters; consumers wait in the state's own waiter table). Built with
 //! `RUSTFLAGS="--cfg tokio_workqueue_loom"`, the mutex is loom's (wrapped to
 //! keep `parking_lot`'s API: `lock()` returns the guard, no `Result`) and
 //! `Notify` is a small loom-based stand-in for tokio's, so loom can explore
@@ -23,12 +24,14 @@
 pub(crate) use std::sync::Arc;
 
 #[cfg(not(tokio_workqueue_loom))]
-pub(crate) use parking_lot::Mutex;
+pub(crate) use parking_lot::{Mutex, MutexGuard};
 #[cfg(not(tokio_workqueue_loom))]
 pub(crate) use tokio::sync::Notify;
 
 #[cfg(tokio_workqueue_loom)]
 pub(crate) use self::loom_impl::{Mutex, Notify};
+#[cfg(tokio_workqueue_loom)]
+pub(crate) use loom::sync::MutexGuard;
 
 #[cfg(tokio_workqueue_loom)]
 mod loom_impl {
@@ -125,13 +128,6 @@ mod loom_impl {
             Notified {
                 notify: self,
                 state: State::Init { generation },
-            }
-        }
-
-        pub(crate) fn notify_one(&self) {
-            let waker = self.inner.lock().notify_one();
-            if let Some(w) = waker {
-                w.wake();
             }
         }
 

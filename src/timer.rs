@@ -133,9 +133,7 @@ async fn run<K: Key, O: Ordering<K>>(queue: Weak<Shared<K, O>>, epoch: Instant) 
             }
             let expired = wheel.expired.drain(..).map(|(_, e)| e);
             let (fx, fresh) = st.timer_round(cx.waker(), expired, &mut wheel.incoming, now);
-            let wake = fx.wake.min(st.parked as u32);
-            drop(st);
-            shared.apply(fx, wake);
+            shared.release(st, fx);
             drop(shared);
             if fresh {
                 wheel.reset();
