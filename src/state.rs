@@ -76,6 +76,10 @@ pub const MAX_DELAY: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 /// The smallest index [`State::rebuild_index`] builds.
 const MIN_INDEX: usize = 16;
 
+/// Slots a queue keeps however empty it gets (see [`State::give_back_room`]):
+/// below this, giving room back and growing it again is not worth it.
+const KEEP_SLOTS: usize = 1024;
+
 /// Stale wheel entries (cancelled delays) tolerated beyond the slab's size
 /// before the live delays are sent to a fresh wheel.
 const STALE_SLACK: usize = 1024;
@@ -591,8 +595,38 @@ impl<K, O: Ordering<K>> State<K, O> {
     }
 
     /// Frees `slot` and returns its key, for the caller to drop once the
-    /// lock is released.
+    /// lock is released. The last key of a large queue gives its room back
+    /// ([`State::give_back_room`]).
     fn free(&mut self, slot: u32) -> Option<K> {
+        let key = self.unlink_slot(slot);
+        if self.index.is_empty()
+            && self.nodes.len() > KEEP_SLOTS
+            && self.wheel_entries == 0
+            && self.deferred.is_empty()
+        {
+            self.give_back_room();
+        }
+        key
+    }
+
+    /// Gives back the slab, index and time tables of a queue that holds no
+    /// key: a controller's queue held every object once, after its initial
+    /// list, and would otherwise keep that room (about 120 bytes per object
+    /// for `ObjectRef` keys) for as long as it runs. Only when no timer
+    /// entry is out: a stale one still names its slot.
+    #[cold]
+    fn give_back_room(&mut self) {
+        self.nodes = Vec::new();
+        self.free_head = NIL;
+        self.index = HashTable::new();
+        self.layout = IndexLayout::default();
+        if let Some(t) = &mut self.times {
+            t.ready_at = Vec::new();
+            t.age = Vec::new();
+        }
+    }
+
+    fn unlink_slot(&mut self, slot: u32) -> Option<K> {
         let h = self.nodes[slot as usize].hash;
         match self.index.find_entry(wide(h), |&i| i == slot) {
             Ok(entry) => {
@@ -1019,7 +1053,7 @@ impl<K, O: Ordering<K>> State<K, O> {
                 dropped(key);
             }
             match node.place {
-                Place::Waiting { .. } => drop(self.free(slot)),
+                Place::Waiting { .. } => drop(self.unlink_slot(slot)),
                 _ => node.place = Place::Leased,
             }
         }
@@ -1192,6 +1226,47 @@ mod tests {
             }
             assert_eq!(st.nodes.len(), 100, "round {round}");
         }
+    }
+
+    /// Adds `n` keys, then hands each out and ends its lease.
+    fn fill_and_empty(st: &mut St, n: usize, round: usize) {
+        for i in 0..n {
+            let _ = add(st, &format!("r{round}-k{i}"), 0);
+        }
+        while let Some((slot, _, _)) = pop(st) {
+            let _ = st.finish(slot, NIL, None, None).0;
+        }
+    }
+
+    #[test]
+    fn an_emptied_large_queue_gives_its_room_back_and_works_on() {
+        for times in [false, true] {
+            let mut st = State::new(times, None, Priorities::new());
+            fill_and_empty(&mut st, KEEP_SLOTS + 1, 0);
+            assert_eq!(st.nodes.capacity(), 0);
+            assert_eq!(st.index.capacity(), 0);
+            // It keeps working, from slot 0 again, de-duplicating as before.
+            let _ = add(&mut st, "a", 0);
+            let _ = add(&mut st, "a", 0);
+            let _ = add(&mut st, "b", 0);
+            assert_eq!(pop(&mut st).map(|p| (p.0, p.1)), Some((0, "a".into())));
+            assert_eq!(pop(&mut st).map(|p| p.1), Some("b".into()));
+            assert_eq!(pop(&mut st), None);
+        }
+    }
+
+    #[test]
+    fn a_small_queue_or_a_pending_timer_entry_keeps_the_room() {
+        let mut st = State::new(false, None, Priorities::new());
+        fill_and_empty(&mut st, KEEP_SLOTS, 0);
+        assert_eq!(st.nodes.len(), KEEP_SLOTS);
+        // A delay cancelled by an add leaves its entry out with the timer
+        // task, naming a slot: the room stays until it comes back.
+        let mut st = State::new(false, None, Priorities::new());
+        let _ = add_at(&mut st, "late", Instant::now() + Duration::from_secs(60));
+        let _ = add(&mut st, "late", 0);
+        fill_and_empty(&mut st, KEEP_SLOTS + 1, 1);
+        assert_eq!(st.nodes.len(), KEEP_SLOTS + 2);
     }
 
     #[test]

@@ -41,14 +41,50 @@ impl Cause {
     }
 }
 
-/// The identity of a watched object: namespace and name.
-type ObjectId = (Option<String>, String);
+/// The identity of a watched object, namespace and name in one allocation
+/// (`namespace NUL name`, or the name alone for a cluster-scoped object:
+/// Kubernetes names and namespaces never hold a NUL).
+type ObjectId = Box<str>;
 
-/// What is remembered of an object seen and not deleted since.
+/// An object's last `resourceVersion`. Kubernetes calls it opaque, but the
+/// API server's are decimal etcd revisions: those are kept as a number (no
+/// allocation), anything else as text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Version {
+    Absent,
+    Number(u64),
+    Text(Box<str>),
+}
+
+impl Version {
+    fn of(rv: Option<&str>) -> Self {
+        match rv {
+            None => Version::Absent,
+            // "007" parses as 7: only canonical numbers are kept as such, so
+            // two different strings never compare equal.
+            Some(rv) => match rv.parse::<u64>() {
+                Ok(n) if n.to_string() == rv => Version::Number(n),
+                _ => Version::Text(rv.into()),
+            },
+        }
+    }
+
+    /// Whether an object with this version is the same as one with `other`:
+    /// never when either has none.
+    fn same_as(&self, other: &Version) -> bool {
+        !matches!(self, Version::Absent) && self == other
+    }
+}
+
+/// What is remembered of an object seen and not deleted since: the key it
+/// was reported under (unless keys are made from the objects themselves,
+/// when the object at hand gives it again), and its version.
 #[derive(Debug, Clone)]
 struct Seen<Key> {
-    key: Key,
-    resource_version: Option<String>,
+    /// Boxed: a map entry stays two words and a version where there is no
+    /// key to keep (a key is several strings wide).
+    key: Option<Box<Key>>,
+    version: Version,
 }
 
 /// Gives each watch event a [`Cause`], remembering per object the key it was
@@ -57,6 +93,11 @@ struct Seen<Key> {
 /// `emit(key, cause)` is called once per object an event concerns and
 /// answers whether the key was taken; an object whose key was refused is not
 /// remembered, so it is treated as new next time.
+///
+/// It holds an entry per object for as long as the watch runs, in every
+/// controller: an entry is kept small (the identity in one allocation, a
+/// numeric version inline, and no key at all where the key is the object's
+/// own reference).
 pub(crate) struct Triage<Key> {
     seen: HashMap<ObjectId, Seen<Key>>,
     /// Objects listed since the last `Init`, while a list is in progress.
@@ -65,6 +106,9 @@ pub(crate) struct Triage<Key> {
     synced: bool,
     /// Whether objects a re-list no longer shows are reported.
     relist_deletions: bool,
+    /// Whether an object's key is made from the object alone, so that it
+    /// need not be remembered.
+    keys_from_objects: bool,
 }
 
 impl<Key> fmt::Debug for Triage<Key> {
@@ -85,11 +129,25 @@ impl<Key> Triage<Key> {
             listing: None,
             synced: false,
             relist_deletions: true,
+            keys_from_objects: false,
         }
     }
 
     pub(crate) fn relist_deletions(&mut self, enabled: bool) {
+        debug_assert!(
+            !(enabled && self.keys_from_objects),
+            "a re-list's deletions are reported by remembered keys"
+        );
         self.relist_deletions = enabled;
+    }
+
+    /// The key function gives each object the same key for as long as it
+    /// exists (its own reference): keys are not remembered, and the object
+    /// of a deletion gives its key again. A re-list's missing objects, which
+    /// come with no object, are then not reported.
+    pub(crate) fn keys_from_objects(&mut self) {
+        self.relist_deletions = false;
+        self.keys_from_objects = true;
     }
 }
 
@@ -114,10 +172,10 @@ impl<Key: Clone + PartialEq> Triage<Key> {
             Event::Apply(object) => self.object(&object, false, key_fn, emit),
             Event::Delete(object) => {
                 let id = object_id(&object);
-                let key = match self.seen.remove(&id) {
+                let key = match self.seen.remove(&id).and_then(|seen| seen.key) {
                     // The object may have moved keys since it was last seen;
                     // the key function looks at the object as it is now.
-                    Some(seen) => seen.key,
+                    Some(key) => *key,
                     None => key_fn(&object),
                 };
                 if let Some(listing) = &mut self.listing {
@@ -135,8 +193,8 @@ impl<Key: Clone + PartialEq> Triage<Key> {
                         .cloned()
                         .collect();
                     for id in missing {
-                        if let Some(seen) = self.seen.remove(&id) {
-                            emit(seen.key, Cause::MissingAfterRelist);
+                        if let Some(key) = self.seen.remove(&id).and_then(|seen| seen.key) {
+                            emit(*key, Cause::MissingAfterRelist);
                         }
                     }
                 } else {
@@ -168,11 +226,9 @@ impl<Key: Clone + PartialEq> Triage<Key> {
         mut emit: impl FnMut(Key, Cause) -> bool,
     ) {
         let key = key_fn(object);
-        let resource_version = object.meta().resource_version.clone();
+        let version = Version::of(object.meta().resource_version.as_deref());
         let same = self.seen.get(&id).is_some_and(|seen| {
-            seen.key == key
-                && resource_version.is_some()
-                && seen.resource_version == resource_version
+            seen.key.as_ref().is_none_or(|k| **k == key) && seen.version.same_as(&version)
         });
         let cause = if initial {
             Cause::InitialList
@@ -181,22 +237,154 @@ impl<Key: Clone + PartialEq> Triage<Key> {
         } else {
             Cause::Changed
         };
-        if emit(key.clone(), cause) {
-            self.seen.insert(
-                id,
-                Seen {
-                    key,
-                    resource_version,
-                },
-            );
+        let kept = (!self.keys_from_objects).then(|| Box::new(key.clone()));
+        if emit(key, cause) {
+            self.seen.insert(id, Seen { key: kept, version });
         }
     }
 }
 
 fn object_id<T: Resource>(object: &T) -> ObjectId {
     let meta = object.meta();
-    (
-        meta.namespace.clone(),
-        meta.name.clone().unwrap_or_default(),
-    )
+    let name = meta.name.as_deref().unwrap_or_default();
+    match &meta.namespace {
+        Some(ns) => [ns.as_str(), "\0", name].concat().into_boxed_str(),
+        None => name.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube_client::api::ObjectMeta;
+
+    fn cm(ns: Option<&str>, name: &str, rv: Option<&str>) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta {
+                namespace: ns.map(Into::into),
+                name: Some(name.into()),
+                resource_version: rv.map(Into::into),
+                ..ObjectMeta::default()
+            },
+            ..ConfigMap::default()
+        }
+    }
+
+    /// The causes `triage` gives `events`, with the keys (object names).
+    fn causes(triage: &mut Triage<String>, events: Vec<Event<ConfigMap>>) -> Vec<(String, Cause)> {
+        let mut out = Vec::new();
+        for e in events {
+            triage.event(
+                e,
+                |o: &ConfigMap| o.metadata.name.clone().unwrap_or_default(),
+                |k, c| {
+                    out.push((k, c));
+                    true
+                },
+            );
+        }
+        out
+    }
+
+    fn names(v: &[(String, Cause)]) -> Vec<(&str, Cause)> {
+        v.iter().map(|(k, c)| (k.as_str(), *c)).collect()
+    }
+
+    #[test]
+    fn versions_compare_as_the_strings_they_came_from() {
+        assert_eq!(Version::of(Some("12")), Version::Number(12));
+        assert!(Version::of(Some("12")).same_as(&Version::of(Some("12"))));
+        assert!(!Version::of(Some("012")).same_as(&Version::of(Some("12"))));
+        assert!(!Version::of(Some("12")).same_as(&Version::of(Some("13"))));
+        assert!(Version::of(Some("abc")).same_as(&Version::of(Some("abc"))));
+        assert!(!Version::of(None).same_as(&Version::of(None)));
+    }
+
+    #[test]
+    fn identities_tell_namespaces_and_cluster_scope_apart() {
+        let ids = [
+            object_id(&cm(Some("a"), "b", None)),
+            object_id(&cm(Some("ab"), "", None)),
+            object_id(&cm(None, "ab", None)),
+            object_id(&cm(Some(""), "ab", None)),
+        ];
+        for (i, a) in ids.iter().enumerate() {
+            for b in &ids[i + 1..] {
+                assert_ne!(a, b);
+            }
+        }
+    }
+
+    fn relist_of(objects: Vec<ConfigMap>) -> Vec<Event<ConfigMap>> {
+        let mut events = vec![Event::Init];
+        events.extend(objects.into_iter().map(Event::InitApply));
+        events.push(Event::InitDone);
+        events
+    }
+
+    #[test]
+    fn a_relist_tells_unchanged_changed_and_missing_objects_apart() {
+        for keys_from_objects in [false, true] {
+            let mut t = Triage::new();
+            if keys_from_objects {
+                t.keys_from_objects();
+            }
+            let first = causes(
+                &mut t,
+                relist_of(vec![
+                    cm(Some("ns"), "same", Some("5")),
+                    cm(Some("ns"), "edited", Some("6")),
+                    cm(Some("ns"), "gone", Some("7")),
+                ]),
+            );
+            assert!(first.iter().all(|(_, c)| *c == Cause::InitialList));
+            let again = causes(
+                &mut t,
+                relist_of(vec![
+                    cm(Some("ns"), "same", Some("5")),
+                    cm(Some("ns"), "edited", Some("9")),
+                ]),
+            );
+            let mut want = vec![("same", Cause::Unchanged), ("edited", Cause::Changed)];
+            if !keys_from_objects {
+                // Only a remembered key can report an object that came with
+                // no event of its own.
+                want.push(("gone", Cause::MissingAfterRelist));
+            }
+            assert_eq!(
+                names(&again),
+                want,
+                "keys_from_objects: {keys_from_objects}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_deletion_is_reported_under_its_key_in_both_modes() {
+        for keys_from_objects in [false, true] {
+            let mut t = Triage::new();
+            if keys_from_objects {
+                t.keys_from_objects();
+            }
+            let got = causes(
+                &mut t,
+                vec![
+                    Event::Apply(cm(Some("ns"), "a", Some("1"))),
+                    Event::Apply(cm(Some("ns"), "a", Some("1"))),
+                    Event::Delete(cm(Some("ns"), "a", Some("2"))),
+                    Event::Apply(cm(Some("ns"), "a", Some("3"))),
+                ],
+            );
+            assert_eq!(
+                names(&got),
+                [
+                    ("a", Cause::Changed),
+                    ("a", Cause::Unchanged),
+                    ("a", Cause::Deleted),
+                    ("a", Cause::Changed),
+                ]
+            );
+        }
+    }
 }

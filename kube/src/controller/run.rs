@@ -323,7 +323,7 @@ where
             return;
         };
         for key in &resharded.lost {
-            self.reasons.remove(key);
+            self.take_reason(key);
         }
         let opts = AddOpts::default().priority(self.settings.priorities.unchanged);
         for key in resharded.cleared {
@@ -424,7 +424,7 @@ where
                             Check::Start => {}
                             Check::NotOurs => {
                                 // Its new owner reconciles it.
-                                self.reasons.remove(item.key());
+                                self.take_reason(item.key());
                                 item.forget();
                                 continue;
                             }
@@ -440,12 +440,23 @@ where
         }
     }
 
+    /// Forgets why `key` was queued, and returns it. The map gives back
+    /// its room once it is mostly empty: after an initial list it held a
+    /// reason per object, which a controller then keeps for nothing.
+    fn take_reason(&mut self, key: &ObjectRef<K>) -> Option<(ReconcileReason, bool)> {
+        let taken = self.reasons.remove(key);
+        let (len, room) = (self.reasons.len(), self.reasons.capacity());
+        if room > 64 && len < room / 8 {
+            self.reasons.shrink_to(len * 2);
+        }
+        taken
+    }
+
     /// Starts a reconcile of `item`'s key; tells whether it did.
     fn start(&mut self, source: usize, item: WorkItem<ObjectRef<K>, O>) -> bool {
         let key = item.key();
         let reason = self
-            .reasons
-            .remove(key)
+            .take_reason(key)
             .map_or(ReconcileReason::Unknown, |(reason, _)| reason);
         let Some(object) = self.store.get(key) else {
             // kube-runtime's rule: cleanup of a deleted object goes through

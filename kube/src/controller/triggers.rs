@@ -130,7 +130,8 @@ where
     F: Fn(&T) -> ObjectRef<K> + Send + 'static,
 {
     let mut triage = Triage::<ObjectRef<K>>::new();
-    triage.relist_deletions(false);
+    // A main object's key is its own reference.
+    triage.keys_from_objects();
     // Triggers of the list in progress, held until its `InitDone`.
     let mut listed: Option<Vec<Result<Trigger<K>, watcher::Error>>> = None;
     per_item(events, move |event, out| {
@@ -176,6 +177,7 @@ where
     S: futures_core::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
 {
     let mut triage = Triage::<ObjectRef<K>>::new();
+    triage.keys_from_objects();
     let mut listing = Listing::new(store);
     objects
         .map(move |object| {
