@@ -18,19 +18,13 @@ use tokio::time::{Instant, sleep};
 use tokio_workqueue_kube::leader::{LeaderElection, LeaseConfig};
 use tokio_workqueue_kube::{Action, Manager, ManagerError};
 
-use crate::replica_common::{Record, TestError};
+use crate::replica_common::{LEASE, RENEW, RETRY, Record, TestError, fast_lease};
 
-const LEASE: Duration = Duration::from_millis(600);
-const RENEW: Duration = Duration::from_millis(400);
-const RETRY: Duration = Duration::from_millis(100);
 const LIMIT: Duration = Duration::from_secs(5);
 const KEYS: usize = 4;
 
 fn config(replica: usize) -> LeaseConfig {
-    LeaseConfig::new("managers", "default", format!("manager-{replica}"))
-        .with_lease_duration(LEASE)
-        .with_renew_deadline(RENEW)
-        .with_retry_period(RETRY)
+    fast_lease("managers", format!("manager-{replica}"))
 }
 
 struct Ctx {

@@ -1,6 +1,6 @@
 //! What the replica tests share (`tests/replicas/`,
 //! `tests/manager/leader_election.rs`, `tests/on_apiserver/shards.rs`): the
-//! reconcile error, a skewed wall clock, and the record every reconcile
+//! reconcile error, a skewed wall clock, fast Lease timings, and the record every reconcile
 //! writes of itself (key, the version it saw, replica, start, end), which
 //! the checks read instead of anything the code under test reports.
 
@@ -8,11 +8,29 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube_client::ResourceExt;
 use tokio::time::Instant;
+use tokio_workqueue_kube::leader::LeaseConfig;
+
+/// The tests' Lease timings: short, so that failovers take a second, and
+/// with a renewal deadline and retry period in the same proportions as the
+/// defaults (15 s, 10 s, 2 s).
+pub const LEASE: Duration = Duration::from_millis(600);
+pub const RENEW: Duration = Duration::from_millis(400);
+pub const RETRY: Duration = Duration::from_millis(100);
+
+/// The election of `holder` on the Lease `lease` in `default`, with the
+/// tests' timings.
+pub fn fast_lease(lease: &str, holder: String) -> LeaseConfig {
+    LeaseConfig::new(lease, "default", holder)
+        .with_lease_duration(LEASE)
+        .with_renew_deadline(RENEW)
+        .with_retry_period(RETRY)
+}
 
 #[derive(Debug)]
 pub struct TestError;

@@ -31,20 +31,14 @@ use tokio::time::{Instant, sleep};
 use tokio_workqueue_kube::leader::{LeaderElection, LeaderState, LeaseConfig, LeaseConfigError};
 use tokio_workqueue_kube::{Action, Controller, ControllerError, Error};
 
-use crate::replica_common::{Record, Run, TestError, skewed};
+use crate::replica_common::{LEASE, RENEW, RETRY, Record, Run, TestError, fast_lease, skewed};
 
-const LEASE: Duration = Duration::from_millis(600);
-const RENEW: Duration = Duration::from_millis(400);
-const RETRY: Duration = Duration::from_millis(100);
 /// Longest any wait in these tests may take.
 const LIMIT: Duration = Duration::from_secs(3);
 const KEYS: usize = 4;
 
 fn config(replica: usize) -> LeaseConfig {
-    LeaseConfig::new("replicas", "default", format!("replica-{replica}"))
-        .with_lease_duration(LEASE)
-        .with_renew_deadline(RENEW)
-        .with_retry_period(RETRY)
+    fast_lease("replicas", format!("replica-{replica}"))
 }
 
 impl Record {

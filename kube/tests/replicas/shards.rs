@@ -42,12 +42,9 @@ use tokio_workqueue_kube::leader::{LeaderElection, LeaseConfig, LeaseConfigError
 use tokio_workqueue_kube::shard::{ACK_ANNOTATION, GROUP_LABEL, ShardConfig, Shards, owner};
 use tokio_workqueue_kube::{Action, Controller, ControllerError, Error};
 
-use crate::replica_common::{Record, Run, TestError, skewed};
+use crate::replica_common::{LEASE, RENEW, RETRY, Record, Run, TestError, skewed};
 
 const GROUP: &str = "shards";
-const LEASE: Duration = Duration::from_millis(600);
-const RENEW: Duration = Duration::from_millis(400);
-const RETRY: Duration = Duration::from_millis(100);
 /// Longest any wait in these tests may take.
 const LIMIT: Duration = Duration::from_secs(3);
 
