@@ -7,6 +7,10 @@
 //! cargo run -p tokio-workqueue-kube --example chaos_soak --features rustls -- --seconds 600 --seed 7
 //! ```
 //!
+//! With `CHAOS_LOG_ERRORS=1` in the environment, every error the
+//! controllers' streams report (watch failures among them) is printed to
+//! stderr with its time, on the fault lines' clock.
+//!
 //! `--trigger-backoff-ms N` sets a constant backoff after watch errors
 //! (`Controller::trigger_backoff`) instead of kube-runtime's default (800 ms
 //! doubling to 30 s, reset by the next event), to compare recoveries.
@@ -397,6 +401,10 @@ impl MetricsHook for ProbeHook {
 }
 
 /// One of the four: its client's proxy, its task, its queue's probe.
+/// When the faults' clock started: the times `CHAOS_LOG_ERRORS` prints
+/// count from it, as the fault lines do.
+static SOAK_START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+
 struct Member {
     name: &'static str,
     proxy: FaultProxy,
@@ -446,12 +454,17 @@ fn spawn_member(
         record,
     });
     let counted = errors.clone();
+    let log_errors = std::env::var_os("CHAOS_LOG_ERRORS").is_some();
     let task = tokio::spawn(
         controller
             .run(reconcile, error_policy, ctx)
             .for_each(move |item| {
-                if item.is_err() {
+                if let Err(error) = &item {
                     counted.fetch_add(1, Ordering::Relaxed);
+                    if log_errors {
+                        let at = SOAK_START.get().map_or(0.0, |s| s.elapsed().as_secs_f64());
+                        eprintln!("{at:>7.2} s  {name}: {error}");
+                    }
                 }
                 async {}
             }),
@@ -874,6 +887,7 @@ async fn main() -> Result<ExitCode, Box<dyn std::error::Error>> {
     }
 
     let start = Instant::now();
+    let _ = SOAK_START.set(start);
     let writes = Arc::new(Writes::default());
     let writer = tokio::spawn(churn(
         api.clone(),

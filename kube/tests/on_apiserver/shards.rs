@@ -9,8 +9,13 @@
 //! The reconcile function writes every start and end to a record of its
 //! own; the checks read only that record: never two replicas reconciling
 //! one key at once, every key's last change reconciled after it was made.
-//! The fault-injection tests (a replica cut off, clocks skewed, a replica
-//! joining) are in `tests/replicas/shards.rs`, on the local server only.
+//! A second test runs replicas whose wall clocks are 5 s apart, and a
+//! replica joining them (a rollout's new Pod), on both servers. The
+//! fault-injection tests beyond those (a replica cut off while the others
+//! go on, one whose stream nobody polls, a Lease deleted by hand) are in
+//! `tests/replicas/shards.rs`, on the local server; cuts, stalls, resets
+//! and restarts on a real kube-apiserver are the chaos soak's
+//! (`examples/chaos_soak.rs`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,7 +34,7 @@ use tokio::time::{Instant, sleep};
 use tokio_workqueue_kube::shard::{ShardConfig, Shards, owner};
 use tokio_workqueue_kube::{Action, Controller};
 
-use crate::replica_common::{Record, TestError};
+use crate::replica_common::{Record, TestError, skewed};
 
 /// Longer than the local-only replica tests: a real API server writes
 /// through etcd.
@@ -93,6 +98,17 @@ struct Replica {
 }
 
 async fn replica(ns: &TestNamespace, replica: usize, record: &Arc<Record>) -> Replica {
+    replica_skewed(ns, replica, record, 0).await
+}
+
+/// A replica whose wall clock (the one its Lease times are written and
+/// read by) is `skew_seconds` off the system's.
+async fn replica_skewed(
+    ns: &TestNamespace,
+    replica: usize,
+    record: &Arc<Record>,
+    skew_seconds: i64,
+) -> Replica {
     // A client of its own, as another process would have.
     let client = kube_test_cluster::client(ns.backend()).await;
     let config = ShardConfig::new(GROUP, ns.name(), identity(replica))
@@ -104,7 +120,7 @@ async fn replica(ns: &TestNamespace, replica: usize, record: &Arc<Record>) -> Re
         Api::<ConfigMap>::namespaced(client.clone(), ns.name()),
         watcher::Config::default(),
     )
-    .shards(Shards::new(client, config))
+    .shards(Shards::new(client, config).wall_clock(skewed(skew_seconds)))
     .graceful_shutdown_on(async move {
         let _ = graceful.await;
     })
@@ -119,6 +135,37 @@ async fn replica(ns: &TestNamespace, replica: usize, record: &Arc<Record>) -> Re
     Replica {
         task: tokio::spawn(stream.for_each(|_| async {})),
         shutdown: Some(shutdown),
+    }
+}
+
+/// Creates the ConfigMaps `cm-0..KEYS`.
+async fn create_all(api: &Api<ConfigMap>) {
+    for i in 0..KEYS {
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some(format!("cm-{i}"));
+        api.create(&PostParams::default(), &cm).await.unwrap();
+    }
+}
+
+/// Waits until the group has `n` Leases, then lets every replica read the
+/// others' acknowledgements.
+async fn wait_for_leases(ns: &TestNamespace, n: usize) {
+    let leases: Api<Lease> = ns.api();
+    let deadline = Instant::now() + LIMIT;
+    while leases.list(&Default::default()).await.unwrap().items.len() != n {
+        assert!(Instant::now() < deadline, "the {n} Leases never appeared");
+        sleep(RETRY).await;
+    }
+    sleep(4 * RETRY).await;
+}
+
+/// Checks that every reconcile started after `since` ran on the owner of
+/// its key among `members`.
+fn assert_owners(ns: &TestNamespace, record: &Record, since: Instant, members: &[usize]) {
+    let ids: Vec<String> = members.iter().map(|&m| identity(m)).collect();
+    for run in record.runs().iter().filter(|r| r.start >= since) {
+        let expected = owner(&format!("{}/{}", ns.name(), run.key), &ids).unwrap();
+        assert_eq!(identity(run.replica), expected, "{run:?}");
     }
 }
 
@@ -143,39 +190,20 @@ async fn change_all(api: &Api<ConfigMap>, value: &str) -> Vec<(String, u64)> {
 async fn replicas_split_keys_and_hand_a_crashed_replica_s_over() {
     for_each_backend("shards", |ns| async move {
         let api = ns.api::<ConfigMap>();
-        for i in 0..KEYS {
-            let mut cm = ConfigMap::default();
-            cm.metadata.name = Some(format!("cm-{i}"));
-            api.create(&PostParams::default(), &cm).await.unwrap();
-        }
+        create_all(&api).await;
         let record = Arc::new(Record::default());
         let mut replicas = Vec::new();
         for i in 0..3 {
             replicas.push(replica(&ns, i, &record).await);
         }
-        let ids: Vec<String> = (0..3).map(identity).collect();
 
         // Settled: a change to every key is reconciled by its owner alone.
-        let settle = Instant::now() + LIMIT;
-        loop {
-            let leases: Api<Lease> = ns.api();
-            let n = leases.list(&Default::default()).await.unwrap().items.len();
-            if n == 3 {
-                break;
-            }
-            assert!(Instant::now() < settle, "the three Leases never appeared");
-            sleep(RETRY).await;
-        }
-        // Give every replica time to read the others' acknowledgements.
-        sleep(4 * RETRY).await;
+        wait_for_leases(&ns, 3).await;
         let changed = Instant::now();
         let changes = change_all(&api, "split").await;
         record.wait_reconciled(&changes, &[0, 1, 2]).await;
         sleep(4 * RETRY).await;
-        for run in record.runs().iter().filter(|r| r.start >= changed) {
-            let expected = owner(&format!("{}/{}", ns.name(), run.key), &ids).unwrap();
-            assert_eq!(identity(run.replica), expected, "{run:?}");
-        }
+        assert_owners(&ns, &record, changed, &[0, 1, 2]);
         let owners: std::collections::BTreeSet<usize> = record
             .runs()
             .iter()
@@ -238,6 +266,71 @@ async fn replicas_split_keys_and_hand_a_crashed_replica_s_over() {
             last - left
         );
 
+        record.check_no_overlap().unwrap();
+        for r in &replicas {
+            r.task.abort();
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn replicas_with_skewed_clocks_split_keys_and_take_in_a_joining_one() {
+    for_each_backend("shards-skew", |ns| async move {
+        let api = ns.api::<ConfigMap>();
+        create_all(&api).await;
+        let record = Arc::new(Record::default());
+        // Two replicas 5 s apart (more than three lease durations): Lease
+        // times are only compared with the reader's own clock, so neither
+        // takes the other's Lease for expired.
+        let mut replicas = vec![
+            replica_skewed(&ns, 0, &record, 5).await,
+            replica_skewed(&ns, 1, &record, 0).await,
+        ];
+        wait_for_leases(&ns, 2).await;
+        let changed = Instant::now();
+        let changes = change_all(&api, "two").await;
+        record.wait_reconciled(&changes, &[0, 1]).await;
+        sleep(4 * RETRY).await;
+        assert_owners(&ns, &record, changed, &[0, 1]);
+
+        // A third replica joins, its clock 5 s behind the first: the keys
+        // it gains are handed over (never reconciled by two at once), and
+        // every key's next change is reconciled by its owner among three.
+        replicas.push(replica_skewed(&ns, 2, &record, -5).await);
+        wait_for_leases(&ns, 3).await;
+        // Until the hand-over settles, a key may still be reconciled by its
+        // old owner; what must hold is that its last change ends up with
+        // its new one, and no overlap.
+        let deadline = Instant::now() + LIMIT;
+        loop {
+            let changed = Instant::now();
+            let changes = change_all(&api, &format!("three {changed:?}")).await;
+            record.wait_reconciled(&changes, &[0, 1, 2]).await;
+            sleep(4 * RETRY).await;
+            let ids: Vec<String> = (0..3).map(identity).collect();
+            let settled = changes.iter().all(|(key, _)| {
+                let expected = owner(&format!("{}/{key}", ns.name()), &ids).unwrap();
+                record
+                    .runs()
+                    .into_iter()
+                    .filter(|r| &r.key == key && r.start >= changed)
+                    .all(|r| identity(r.replica) == expected)
+            });
+            if settled {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the joining replica never got its share"
+            );
+        }
+        let joined: std::collections::BTreeSet<usize> =
+            record.runs().iter().map(|r| r.replica).collect();
+        assert!(
+            joined.contains(&2),
+            "the joining replica reconciled nothing"
+        );
         record.check_no_overlap().unwrap();
         for r in &replicas {
             r.task.abort();
