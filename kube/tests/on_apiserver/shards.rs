@@ -10,9 +10,10 @@
 //! own; the checks read only that record: never two replicas reconciling
 //! one key at once, every key's last change reconciled after it was made.
 //! A second test runs replicas whose wall clocks are 5 s apart, and a
-//! replica joining them (a rollout's new Pod), on both servers. The
-//! fault-injection tests beyond those (a replica cut off while the others
-//! go on, one whose stream nobody polls, a Lease deleted by hand) are in
+//! replica joining them (a rollout's new Pod), a third deletes a live
+//! member's Lease, on both servers. The fault-injection tests beyond those
+//! (a replica cut off while the others go on, one whose stream nobody
+//! polls) are in
 //! `tests/replicas/shards.rs`, on the local server; cuts, stalls, resets
 //! and restarts on a real kube-apiserver are the chaos soak's
 //! (`examples/chaos_soak.rs`).
@@ -331,6 +332,54 @@ async fn replicas_with_skewed_clocks_split_keys_and_take_in_a_joining_one() {
             joined.contains(&2),
             "the joining replica reconciled nothing"
         );
+        record.check_no_overlap().unwrap();
+        for r in &replicas {
+            r.task.abort();
+        }
+    })
+    .await;
+}
+
+/// Someone deletes a live member's Lease: the others keep it a member
+/// until it would have expired, so a change made meanwhile is reconciled by
+/// the key's owner among all three; the member makes its Lease again at its
+/// next renewal.
+#[tokio::test]
+async fn a_replica_whose_lease_is_deleted_keeps_its_keys() {
+    for_each_backend("shards-deleted-lease", |ns| async move {
+        let api = ns.api::<ConfigMap>();
+        create_all(&api).await;
+        let record = Arc::new(Record::default());
+        let mut replicas = Vec::new();
+        for i in 0..3 {
+            replicas.push(replica(&ns, i, &record).await);
+        }
+        wait_for_leases(&ns, 3).await;
+        let leases: Api<Lease> = ns.api();
+        let name = format!("{GROUP}-{}", identity(2));
+        leases.delete(&name, &Default::default()).await.unwrap();
+        let deleted = Instant::now();
+        let changes = change_all(&api, "after the deletion").await;
+        record.wait_reconciled(&changes, &[0, 1, 2]).await;
+        // It makes its Lease again within a retry period, long before the
+        // deleted one would have expired: its membership never lapses.
+        assert_owners(&ns, &record, deleted, &[0, 1, 2]);
+        let deadline = Instant::now() + LIMIT;
+        loop {
+            let holder = leases
+                .get_opt(&name)
+                .await
+                .unwrap()
+                .and_then(|l| l.spec?.holder_identity);
+            if holder.as_deref() == Some(identity(2).as_str()) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the replica did not make its Lease again"
+            );
+            sleep(RETRY).await;
+        }
         record.check_no_overlap().unwrap();
         for r in &replicas {
             r.task.abort();
