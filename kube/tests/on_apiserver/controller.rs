@@ -9,6 +9,7 @@
 //! Each case is a function of a `Client` and a namespace and changes objects
 //! only through the API.
 
+use crate::eventually;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -109,14 +110,6 @@ fn cm(name: &str, v: &str) -> ConfigMap {
     cm
 }
 
-async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + LIMIT;
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 /// Runs a controller on a task; the returned sender stops it gracefully.
 fn spawn<S>(stream: S) -> JoinHandle<Vec<String>>
 where
@@ -182,7 +175,10 @@ async fn owned_child_triggers_owner_case(client: Client, ns: &str) {
             })
             .run(recording(Duration::ZERO), error_policy, record.clone()),
     );
-    eventually("the owner's first reconcile", || record.count("owner") >= 1).await;
+    eventually(LIMIT, "the owner's first reconcile", || {
+        record.count("owner") >= 1
+    })
+    .await;
     // Let the children's initial list settle before changing the child.
     tokio::time::sleep(Duration::from_millis(200)).await;
     let before = record.count("owner");
@@ -194,7 +190,7 @@ async fn owned_child_triggers_owner_case(client: Client, ns: &str) {
         )
         .await
         .unwrap();
-    eventually("the owner reconciled for its child's change", || {
+    eventually(LIMIT, "the owner reconciled for its child's change", || {
         record.count("owner") > before
     })
     .await;
@@ -229,14 +225,14 @@ async fn mapper_triggers_keys_case(client: Client, ns: &str) {
             })
             .run(recording(Duration::ZERO), error_policy, record.clone()),
     );
-    eventually("the first reconcile", || record.count("target") >= 1).await;
+    eventually(LIMIT, "the first reconcile", || record.count("target") >= 1).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     let before = record.count("target");
     let mut s = Secret::default();
     s.metadata.name = Some("pointer".into());
     s.metadata.labels = Some(BTreeMap::from([("for".to_string(), "target".to_string())]));
     secrets.create(&PostParams::default(), &s).await.unwrap();
-    eventually("the mapped key reconciled", || {
+    eventually(LIMIT, "the mapped key reconciled", || {
         record.count("target") > before
     })
     .await;
@@ -325,7 +321,7 @@ async fn change_overtakes_backlog_case(
                 record.clone(),
             ),
     );
-    eventually("the backlog started", || !record.names().is_empty()).await;
+    eventually(LIMIT, "the backlog started", || !record.names().is_empty()).await;
     cms.patch(
         "bulk-999",
         &PatchParams::default(),
@@ -333,7 +329,7 @@ async fn change_overtakes_backlog_case(
     )
     .await
     .unwrap();
-    eventually("the change reconciled", || {
+    eventually(LIMIT, "the change reconciled", || {
         record.saw("bulk-999", "changed")
     })
     .await;
@@ -442,7 +438,7 @@ async fn relist_after_410_is_low_priority_local() {
                 record.clone(),
             ),
     );
-    eventually("the initial list reconciled", || {
+    eventually(LIMIT, "the initial list reconciled", || {
         record.names().len() >= 300
     })
     .await;
@@ -457,7 +453,10 @@ async fn relist_after_410_is_low_priority_local() {
     )
     .await
     .unwrap();
-    eventually("the change reconciled", || record.saw("obj-299", "changed")).await;
+    eventually(LIMIT, "the change reconciled", || {
+        record.saw("obj-299", "changed")
+    })
+    .await;
     let after: Vec<String> = record.names()[listed..].to_vec();
     let position = after.iter().position(|n| n == "obj-299").unwrap();
     assert!(
@@ -508,7 +507,7 @@ async fn relist_after_410_does_not_wait_out_the_trigger_backoff_local() {
             })
             .run(recording(Duration::ZERO), error_policy, record.clone()),
     );
-    eventually("the first reconcile", || record.saw("obj", "0")).await;
+    eventually(LIMIT, "the first reconcile", || record.saw("obj", "0")).await;
     assert!(server.wait_for_watches(1, LIMIT).await);
     let lists = server.requests().of(Verb::List, "configmaps");
     server.expire_watches();
@@ -519,7 +518,7 @@ async fn relist_after_410_does_not_wait_out_the_trigger_backoff_local() {
     )
     .await
     .unwrap();
-    eventually("the change after the 410 reconciled", || {
+    eventually(LIMIT, "the change after the 410 reconciled", || {
         record.saw("obj", "1")
     })
     .await;

@@ -6,6 +6,7 @@
 //! rules are pinned exactly on paused time in `tests/controller/`; this
 //! one shows them with a real watcher and store.
 
+use crate::eventually;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -102,14 +103,6 @@ fn cm(name: &str) -> ConfigMap {
     cm
 }
 
-async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + LIMIT;
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backoff_panics_timeouts_shutdown_and_metrics_on_an_apiserver() {
     for_each_backend("failures", |ns| async move { failures(ns).await }).await;
@@ -159,7 +152,10 @@ async fn failures(ns: TestNamespace) {
     );
 
     // Backoff: three failures, each retry at least twice as late.
-    eventually("flaky's success", || record.starts("flaky").len() >= 4).await;
+    eventually(LIMIT, "flaky's success", || {
+        record.starts("flaky").len() >= 4
+    })
+    .await;
     let flaky = record.starts("flaky");
     for (i, want) in [BASE, BASE * 2, BASE * 4].iter().enumerate() {
         let gap = flaky[i + 1] - flaky[i];
@@ -174,7 +170,7 @@ async fn failures(ns: TestNamespace) {
     )
     .await
     .unwrap();
-    eventually("flaky's retry after the change", || {
+    eventually(LIMIT, "flaky's retry after the change", || {
         record.starts("flaky").len() >= 6
     })
     .await;
@@ -187,15 +183,18 @@ async fn failures(ns: TestNamespace) {
     );
 
     // A panic and a timeout: errors for those keys only, retried.
-    eventually("panicky retried", || record.starts("panicky").len() >= 2).await;
-    eventually("slow retried", || record.starts("slow").len() >= 2).await;
+    eventually(LIMIT, "panicky retried", || {
+        record.starts("panicky").len() >= 2
+    })
+    .await;
+    eventually(LIMIT, "slow retried", || record.starts("slow").len() >= 2).await;
     assert_eq!(record.starts("steady").len(), 1, "the others went on once");
 
     // Graceful shutdown with work in flight: it finishes, then the stream ends.
     cms.create(&PostParams::default(), &cm("in-flight"))
         .await
         .unwrap();
-    eventually("in-flight started", || {
+    eventually(LIMIT, "in-flight started", || {
         !record.starts("in-flight").is_empty()
     })
     .await;

@@ -15,6 +15,7 @@
 //! on it: the watch spans all namespaces, as a controller's does, yet sees
 //! only its own test's objects on a server shared by the binary.
 
+use crate::eventually;
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -261,18 +262,6 @@ where
     (rx, stop_tx, task)
 }
 
-/// Waits until `done` holds, polling, or panics after the limit.
-async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + LIMIT;
-    while !done() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 async fn stop(stop_tx: oneshot::Sender<()>, controller: JoinHandle<()>, feeder: JoinHandle<()>) {
     stop_tx.send(()).unwrap();
     tokio::time::timeout(LIMIT, controller)
@@ -309,7 +298,7 @@ async fn every_object_is_reconciled_through_changes_and_deletes() {
         );
         let names = object_names(&client, &run).await;
         assert_eq!(names.len(), 11, "{names:?}");
-        eventually("initial reconciles", || {
+        eventually(LIMIT, "initial reconciles", || {
             names.iter().all(|n| obs.last(n) == Some(Some("1".into())))
         })
         .await;
@@ -326,7 +315,7 @@ async fn every_object_is_reconciled_through_changes_and_deletes() {
         let changes = reports_until(&mut reports, |r| r.len() == 3).await;
         assert_eq!(count_cause(&changes, Cause::Changed), 2, "{changes:#?}");
         assert_eq!(count_cause(&changes, Cause::Deleted), 1, "{changes:#?}");
-        eventually("changes reconciled", || {
+        eventually(LIMIT, "changes reconciled", || {
             obs.last(&format!("{run}/cm-3")) == Some(Some("2".into()))
                 && obs.last(&format!("{run}/cm-new")) == Some(Some("1".into()))
                 && obs.last(&format!("{run}/cm-5")) == Some(None)
@@ -378,7 +367,7 @@ async fn initial_list_objects_wait_behind_fresh_changes() {
             ),
         );
         reports_until(&mut reports, |r| count_cause(r, Cause::InitialList) == 20).await;
-        eventually("first reconcile at the gate", || {
+        eventually(LIMIT, "first reconcile at the gate", || {
             obs.order.lock().unwrap().len() == 1
         })
         .await;
@@ -531,7 +520,7 @@ async fn no_object_is_reconciled_twice_at_once() {
         }
         // Each object's last reconcile saw its last version: changes made
         // during a reconcile were reconciled again afterwards.
-        eventually("last versions reconciled", || {
+        eventually(LIMIT, "last versions reconciled", || {
             (0..4).all(|i| obs.last(&format!("{run}/cm-{i}")) == Some(Some("15".into())))
         })
         .await;

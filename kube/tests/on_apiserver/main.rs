@@ -11,6 +11,19 @@ mod manager_common;
 #[path = "../replica_common/mod.rs"]
 mod replica_common;
 
+/// Waits until `done` holds, polling every 10 ms; panics naming `what`
+/// once `limit` has passed (real time: these tests talk to real servers).
+async fn eventually(limit: std::time::Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + limit;
+    while !done() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
 mod controller;
 #[cfg(feature = "prometheus")]
 mod controller_failures;
