@@ -306,9 +306,7 @@ impl<K: Key, O: Ordering<K>> Stream for WorkQueue<K, O> {
 impl<K, O: Ordering<K>> Drop for WorkQueue<K, O> {
     fn drop(&mut self) {
         // A stream dropped while it waits passes on a wake-up it received.
-        if self.wait.is_registered() {
-            self.shared.cancel(&mut self.wait);
-        }
+        self.shared.cancel(&mut self.wait);
     }
 }
 
@@ -329,8 +327,6 @@ impl<K: Key, O: Ordering<K>> Future for Get<'_, K, O> {
 
 impl<K, O: Ordering<K>> Drop for Get<'_, K, O> {
     fn drop(&mut self) {
-        if self.wait.is_registered() {
-            self.shared.cancel(&mut self.wait);
-        }
+        self.shared.cancel(&mut self.wait);
     }
 }

@@ -60,19 +60,12 @@ pub(crate) type StartTimer<K, O> = fn(&Arc<Shared<K, O>>, &mut State<K, O>) -> R
 /// consumer. It holds nothing pinned, so it is kept inline; only a throttle's
 /// sleep is boxed (throttles are opt-in, and that sleep is rare).
 ///
-/// A wait that is dropped while registered must be given to
-/// [`Shared::cancel`], which passes on a wake-up it had received.
+/// A dropped wait must be given to [`Shared::cancel`], which passes on a
+/// wake-up it had received (and takes no lock if it was not registered).
 #[derive(Debug, Default)]
 pub(crate) struct Wait {
     waiter: Option<WaiterId>,
     throttled: Option<Pin<Box<tokio::time::Sleep>>>,
-}
-
-impl Wait {
-    /// Whether it holds a place among the waiting consumers.
-    pub(crate) fn is_registered(&self) -> bool {
-        self.waiter.is_some()
-    }
 }
 
 impl<K, O: Ordering<K>> Shared<K, O> {

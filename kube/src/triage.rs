@@ -60,10 +60,12 @@ impl Version {
     fn of(rv: Option<&str>) -> Self {
         match rv {
             None => Version::Absent,
-            // "007" parses as 7: only canonical numbers are kept as such, so
-            // two different strings never compare equal.
+            // Only canonical decimals (no sign, no leading zero) are kept
+            // as numbers, so two different strings never compare equal;
+            // told apart without formatting the number back (every watch
+            // event comes through here).
             Some(rv) => match rv.parse::<u64>() {
-                Ok(n) if n.to_string() == rv => Version::Number(n),
+                Ok(n) if canonical_decimal(rv) => Version::Number(n),
                 _ => Version::Text(rv.into()),
             },
         }
@@ -244,6 +246,11 @@ impl<Key: Clone + PartialEq> Triage<Key> {
     }
 }
 
+/// Whether `s` is how a `u64` prints: digits only, no leading zero.
+fn canonical_decimal(s: &str) -> bool {
+    s.bytes().all(|b| b.is_ascii_digit()) && (s.len() == 1 || !s.starts_with('0'))
+}
+
 fn object_id<T: Resource>(object: &T) -> ObjectId {
     let meta = object.meta();
     let name = meta.name.as_deref().unwrap_or_default();
@@ -296,6 +303,8 @@ mod tests {
         assert_eq!(Version::of(Some("12")), Version::Number(12));
         assert!(Version::of(Some("12")).same_as(&Version::of(Some("12"))));
         assert!(!Version::of(Some("012")).same_as(&Version::of(Some("12"))));
+        assert!(!Version::of(Some("+12")).same_as(&Version::of(Some("12"))));
+        assert_eq!(Version::of(Some("0")), Version::Number(0));
         assert!(!Version::of(Some("12")).same_as(&Version::of(Some("13"))));
         assert!(Version::of(Some("abc")).same_as(&Version::of(Some("abc"))));
         assert!(!Version::of(None).same_as(&Version::of(None)));

@@ -6,10 +6,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
+use kube_client::Api;
 use kube_client::api::PostParams;
-use kube_client::{Api, Client};
 use kube_local_apiserver::{Endpoint, LocalApiServer};
 use kube_runtime::watcher;
 use tokio::sync::oneshot;
@@ -18,7 +17,9 @@ use tokio::time::{Instant, sleep};
 use tokio_workqueue_kube::leader::{LeaderElection, LeaseConfig};
 use tokio_workqueue_kube::{Action, Manager, ManagerError};
 
-use crate::replica_common::{LEASE, RENEW, RETRY, Record, TestError, fast_lease};
+use crate::replica_common::{
+    LEASE, RENEW, RETRY, Record, TestError, fast_lease, lease_holder, server_with_configmaps,
+};
 
 const LIMIT: Duration = Duration::from_secs(5);
 const KEYS: usize = 4;
@@ -101,22 +102,6 @@ impl Replica {
     }
 }
 
-async fn server_with_configmaps() -> LocalApiServer {
-    let server = LocalApiServer::start().await;
-    let api: Api<ConfigMap> = Api::namespaced(server.client(), "default");
-    for i in 0..KEYS {
-        let mut cm = ConfigMap::default();
-        cm.metadata.name = Some(format!("cm-{i}"));
-        api.create(&PostParams::default(), &cm).await.unwrap();
-    }
-    server
-}
-
-async fn holder(client: Client) -> Option<String> {
-    let api: Api<Lease> = Api::namespaced(client, "default");
-    api.get("managers").await.ok()?.spec?.holder_identity
-}
-
 /// Waits until `done` holds for the record, up to `LIMIT`.
 async fn until(record: &Record, mut done: impl FnMut(&[crate::replica_common::Run]) -> bool) {
     let deadline = Instant::now() + LIMIT;
@@ -128,7 +113,7 @@ async fn until(record: &Record, mut done: impl FnMut(&[crate::replica_common::Ru
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_election_for_every_controller_and_a_release_hands_over_at_once() {
-    let server = server_with_configmaps().await;
+    let server = server_with_configmaps(KEYS).await;
     let records = [Arc::new(Record::default()), Arc::new(Record::default())];
     let record = &records[0];
     let mut replicas: Vec<Replica> = (0..2)
@@ -144,7 +129,7 @@ async fn one_election_for_every_controller_and_a_release_hands_over_at_once() {
     let leader = runs[0].replica;
     assert!(runs.iter().all(|r| r.replica == leader), "{runs:?}");
     assert_eq!(
-        holder(server.client()).await,
+        lease_holder(server.client(), "managers").await,
         Some(format!("manager-{leader}"))
     );
 
@@ -158,7 +143,7 @@ async fn one_election_for_every_controller_and_a_release_hands_over_at_once() {
         .unwrap();
     let released = Instant::now();
     assert_ne!(
-        holder(server.client()).await,
+        lease_holder(server.client(), "managers").await,
         Some(format!("manager-{leader}"))
     );
     // A change is then reconciled by the new leader, in both controllers.
@@ -200,7 +185,7 @@ async fn one_election_for_every_controller_and_a_release_hands_over_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_cut_off_from_the_api_server_fences_every_controller() {
-    let server = server_with_configmaps().await;
+    let server = server_with_configmaps(KEYS).await;
     let records = [Arc::new(Record::default()), Arc::new(Record::default())];
     let record = &records[0];
     // Long reconciles: they are in flight when the leader is cut off.

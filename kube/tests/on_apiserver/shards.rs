@@ -93,9 +93,25 @@ fn identity(replica: usize) -> String {
     format!("replica-{replica}")
 }
 
+/// A running replica; dropping it stops it as a crash would.
 struct Replica {
     task: JoinHandle<()>,
     shutdown: Option<oneshot::Sender<()>>,
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Replicas `0..n`, unskewed.
+async fn replicas(ns: &TestNamespace, n: usize, record: &Arc<Record>) -> Vec<Replica> {
+    let mut started = Vec::new();
+    for i in 0..n {
+        started.push(replica(ns, i, record).await);
+    }
+    started
 }
 
 async fn replica(ns: &TestNamespace, replica: usize, record: &Arc<Record>) -> Replica {
@@ -193,10 +209,7 @@ async fn replicas_split_keys_and_hand_a_crashed_replica_s_over() {
         let api = ns.api::<ConfigMap>();
         create_all(&api).await;
         let record = Arc::new(Record::default());
-        let mut replicas = Vec::new();
-        for i in 0..3 {
-            replicas.push(replica(&ns, i, &record).await);
-        }
+        let mut replicas = replicas(&ns, 3, &record).await;
 
         // Settled: a change to every key is reconciled by its owner alone.
         wait_for_leases(&ns, 3).await;
@@ -268,9 +281,7 @@ async fn replicas_split_keys_and_hand_a_crashed_replica_s_over() {
         );
 
         record.check_no_overlap().unwrap();
-        for r in &replicas {
-            r.task.abort();
-        }
+        drop(replicas);
     })
     .await;
 }
@@ -333,9 +344,7 @@ async fn replicas_with_skewed_clocks_split_keys_and_take_in_a_joining_one() {
             "the joining replica reconciled nothing"
         );
         record.check_no_overlap().unwrap();
-        for r in &replicas {
-            r.task.abort();
-        }
+        drop(replicas);
     })
     .await;
 }
@@ -350,10 +359,7 @@ async fn a_replica_whose_lease_is_deleted_keeps_its_keys() {
         let api = ns.api::<ConfigMap>();
         create_all(&api).await;
         let record = Arc::new(Record::default());
-        let mut replicas = Vec::new();
-        for i in 0..3 {
-            replicas.push(replica(&ns, i, &record).await);
-        }
+        let replicas = replicas(&ns, 3, &record).await;
         wait_for_leases(&ns, 3).await;
         let leases: Api<Lease> = ns.api();
         let name = format!("{GROUP}-{}", identity(2));
@@ -381,9 +387,7 @@ async fn a_replica_whose_lease_is_deleted_keeps_its_keys() {
             sleep(RETRY).await;
         }
         record.check_no_overlap().unwrap();
-        for r in &replicas {
-            r.task.abort();
-        }
+        drop(replicas);
     })
     .await;
 }

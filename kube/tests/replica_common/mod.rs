@@ -23,6 +23,25 @@ pub const LEASE: Duration = Duration::from_millis(600);
 pub const RENEW: Duration = Duration::from_millis(400);
 pub const RETRY: Duration = Duration::from_millis(100);
 
+/// A local API server holding the ConfigMaps `cm-0..n` in `default`.
+pub async fn server_with_configmaps(n: usize) -> kube_local_apiserver::LocalApiServer {
+    let server = kube_local_apiserver::LocalApiServer::start().await;
+    let api: kube_client::Api<ConfigMap> = kube_client::Api::namespaced(server.client(), "default");
+    for i in 0..n {
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some(format!("cm-{i}"));
+        api.create(&Default::default(), &cm).await.unwrap();
+    }
+    server
+}
+
+/// Who holds the Lease `lease` in `default`, if it exists and is held.
+pub async fn lease_holder(client: kube_client::Client, lease: &str) -> Option<String> {
+    let api: kube_client::Api<k8s_openapi::api::coordination::v1::Lease> =
+        kube_client::Api::namespaced(client, "default");
+    api.get(lease).await.ok()?.spec?.holder_identity
+}
+
 /// The election of `holder` on the Lease `lease` in `default`, with the
 /// tests' timings.
 pub fn fast_lease(lease: &str, holder: String) -> LeaseConfig {

@@ -20,8 +20,8 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube_client::api::{Patch, PatchParams, PostParams};
-use kube_client::{Api, Client, ResourceExt};
+use kube_client::api::{Patch, PatchParams};
+use kube_client::{Api, ResourceExt};
 use kube_local_apiserver::{Endpoint, LocalApiServer, Verb};
 use kube_runtime::watcher;
 use serde_json::json;
@@ -31,7 +31,10 @@ use tokio::time::{Instant, sleep};
 use tokio_workqueue_kube::leader::{LeaderElection, LeaderState, LeaseConfig, LeaseConfigError};
 use tokio_workqueue_kube::{Action, Controller, ControllerError, Error};
 
-use crate::replica_common::{LEASE, RENEW, RETRY, Record, Run, TestError, fast_lease, skewed};
+use crate::replica_common::{
+    LEASE, RENEW, RETRY, Record, Run, TestError, fast_lease, lease_holder, server_with_configmaps,
+    skewed,
+};
 
 /// Longest any wait in these tests may take.
 const LIMIT: Duration = Duration::from_secs(3);
@@ -184,25 +187,9 @@ impl Replica {
     }
 }
 
-async fn server_with_configmaps() -> LocalApiServer {
-    let server = LocalApiServer::start().await;
-    let api: Api<ConfigMap> = Api::namespaced(server.client(), "default");
-    for i in 0..KEYS {
-        let mut cm = ConfigMap::default();
-        cm.metadata.name = Some(format!("cm-{i}"));
-        api.create(&PostParams::default(), &cm).await.unwrap();
-    }
-    server
-}
-
-async fn holder(client: Client) -> Option<String> {
-    let api: Api<Lease> = Api::namespaced(client, "default");
-    api.get("replicas").await.ok()?.spec?.holder_identity
-}
-
 #[tokio::test]
 async fn replica_leader_crash_fails_over_within_lease_plus_retry() {
-    let server = server_with_configmaps().await;
+    let server = server_with_configmaps(KEYS).await;
     let record = Arc::new(Record::default());
     let replicas: Vec<Replica> = (0..3)
         .map(|i| Replica::start(&server, i, &record, 0))
@@ -247,7 +234,7 @@ async fn replica_leader_crash_fails_over_within_lease_plus_retry() {
     sleep(Duration::from_millis(300)).await;
     record.check_one_leader_at_a_time();
     assert_eq!(
-        holder(server.client()).await,
+        lease_holder(server.client(), "replicas").await,
         Some(format!("replica-{}", next.replica))
     );
     // The new leader reconciled every change made while nobody led, from
@@ -269,7 +256,7 @@ async fn replica_leader_crash_fails_over_within_lease_plus_retry() {
 
 #[tokio::test]
 async fn replica_graceful_shutdown_releases_for_immediate_failover() {
-    let server = server_with_configmaps().await;
+    let server = server_with_configmaps(KEYS).await;
     let record = Arc::new(Record::default());
     let mut replicas: Vec<Replica> = (0..3)
         .map(|i| Replica::start(&server, i, &record, 0))
@@ -288,7 +275,10 @@ async fn replica_graceful_shutdown_releases_for_immediate_failover() {
     // Released: the Lease no longer names the old leader (a follower may
     // have taken it already, at its next try).
     let old = format!("replica-{}", first.replica);
-    assert_ne!(holder(server.client()).await.as_deref(), Some(old.as_str()));
+    assert_ne!(
+        lease_holder(server.client(), "replicas").await.as_deref(),
+        Some(old.as_str())
+    );
     let next = record
         .first_start_after(released, Some(first.replica))
         .await;
@@ -302,7 +292,7 @@ async fn replica_graceful_shutdown_releases_for_immediate_failover() {
 
 #[tokio::test]
 async fn replica_cut_off_from_the_api_server_fences_before_another_takes_over() {
-    let server = server_with_configmaps().await;
+    let server = server_with_configmaps(KEYS).await;
     let record = Arc::new(Record::default());
     let replicas: Vec<Replica> = (0..3)
         .map(|i| Replica::start(&server, i, &record, 0))
@@ -343,7 +333,7 @@ async fn replica_cut_off_from_the_api_server_fences_before_another_takes_over() 
 
 #[tokio::test]
 async fn replica_cut_off_cancels_long_reconciles_within_the_fencing_grace() {
-    let server = server_with_configmaps().await;
+    let server = server_with_configmaps(KEYS).await;
     let record = Arc::new(Record::default());
     // Reconciles that would run far past any lease.
     let work = Duration::from_secs(30);
@@ -385,7 +375,7 @@ async fn replica_cut_off_cancels_long_reconciles_within_the_fencing_grace() {
 
 #[tokio::test]
 async fn replica_wall_clocks_5_s_off_do_not_make_two_leaders() {
-    let server = server_with_configmaps().await;
+    let server = server_with_configmaps(KEYS).await;
     let record = Arc::new(Record::default());
     // A leader whose clock is 5 s behind writes renewTimes that look long
     // expired to anyone comparing them with their own clock.
@@ -544,7 +534,7 @@ async fn replica_invalid_lease_config_is_an_error_not_a_panic() {
         other => panic!("unexpected item {other:?}"),
     }
     // Nothing was written.
-    assert_eq!(holder(server.client()).await, None);
+    assert_eq!(lease_holder(server.client(), "replicas").await, None);
 }
 
 #[cfg(feature = "prometheus")]
