@@ -5,7 +5,7 @@ mod error;
 pub(crate) mod leadership;
 #[cfg(feature = "prometheus")]
 pub(crate) mod metrics;
-mod replication;
+pub(crate) mod replication;
 mod requeue_priority;
 mod run;
 mod settings;
@@ -974,7 +974,7 @@ where
             context,
         );
         let runner = runner.gated(self.gates);
-        let shared = self.manager.as_ref().and_then(|m| m.leadership());
+        let shared = self.manager.as_ref().and_then(|m| m.replication());
         match Replication::new(self.leader, self.shards, shared, self.dyntype.clone()) {
             Ok(replication) => runner.replicated(replication),
             Err(error) => runner.failed(error),

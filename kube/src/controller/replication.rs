@@ -5,6 +5,7 @@
 //! one more arm here, not more checks spread through the poll loop.
 
 use std::hash::Hash;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use kube_client::Resource;
@@ -14,9 +15,17 @@ use tokio_workqueue::Key;
 use super::error::ControllerError;
 use super::leadership::{Fence, Leadership};
 pub(crate) use super::sharding::{Check, Resharded};
-use super::sharding::{ShardStop, Sharding};
+use super::sharding::{Joining, ShardStop, Sharding};
 use crate::leader::LeaderElection;
-use crate::shard::Shards;
+use crate::shard::{Shards, SharedMembership};
+
+/// A replication a manager runs for every controller it makes.
+pub(crate) enum Shared {
+    /// One leader election.
+    Leader(Box<Leadership>),
+    /// One shard membership.
+    Shards(Arc<SharedMembership>),
+}
 
 /// How this replica shares the work with its peers.
 pub(crate) enum Replication<K: Resource>
@@ -26,9 +35,9 @@ where
     /// Alone: every key is ours, at any time.
     Single,
     /// Reconciles start only while this replica leads.
-    Leader(Leadership),
+    Leader(Box<Leadership>),
     /// Only this replica's keys are queued and reconciled.
-    Shards(Sharding<K>),
+    Shards(Box<Sharding<K>>),
 }
 
 impl<K> Replication<K>
@@ -39,23 +48,34 @@ where
     /// The gate for what the controller was configured with; its Lease
     /// config is validated here, so that starting it later cannot fail.
     ///
-    /// `shared` is an election run for the controller by its manager; the
-    /// controller's own election or shards, if any, take its place.
+    /// `shared` is an election or a membership run for the controller by
+    /// its manager; the controller's own election or shards, if any, take
+    /// its place.
     pub(crate) fn new(
         leader: Option<LeaderElection>,
         shards: Option<Shards>,
-        shared: Option<Leadership>,
+        shared: Option<Shared>,
         dyntype: K::DynamicType,
     ) -> Result<Self, ControllerError> {
         match (leader, shards) {
-            (None, None) => Ok(shared.map_or(Replication::Single, Replication::Leader)),
+            (None, None) => Ok(match shared {
+                None => Replication::Single,
+                Some(Shared::Leader(leader)) => Replication::Leader(leader),
+                Some(Shared::Shards(membership)) => Replication::Shards(Box::new(Sharding::new(
+                    Joining::Shared(membership),
+                    dyntype,
+                ))),
+            }),
             (Some(_), Some(_)) => Err(ControllerError::LeaderElectionWithShards),
             (Some(election), None) => match election.config().validate() {
-                Ok(()) => Ok(Replication::Leader(Leadership::new(election))),
+                Ok(()) => Ok(Replication::Leader(Box::new(Leadership::new(election)))),
                 Err(e) => Err(ControllerError::InvalidLeaseConfig(e)),
             },
             (None, Some(shards)) => match shards.config().validate() {
-                Ok(()) => Ok(Replication::Shards(Sharding::new(shards, dyntype))),
+                Ok(()) => Ok(Replication::Shards(Box::new(Sharding::new(
+                    Joining::Own(Box::new(shards)),
+                    dyntype,
+                )))),
                 Err(e) => Err(ControllerError::InvalidLeaseConfig(e)),
             },
         }

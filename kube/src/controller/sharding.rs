@@ -21,11 +21,23 @@ use tokio_util::sync::CancellationToken;
 
 use super::at_end::AtEnd;
 use super::watched::Watched;
-use crate::shard::{Declared, HandOut, Member, Members, Shards, View, object_hash};
+use crate::shard::{
+    Declared, HandOut, Joint, Member, Members, Shards, SharedMembership, Slot, View, object_hash,
+};
 
 /// The hash of the key string the shards use: `namespace/name`, or `name`.
 fn hash_of<K: Resource>(key: &ObjectRef<K>) -> u64 {
     object_hash(key.namespace.as_deref(), &key.name)
+}
+
+/// Where a controller's shard membership comes from.
+pub(crate) enum Joining {
+    /// Its own Lease, renewed from its first poll and released when it is
+    /// done.
+    Own(Box<Shards>),
+    /// Its manager's, shared with the manager's other controllers: the
+    /// manager releases it after every controller is done.
+    Shared(Arc<SharedMembership>),
 }
 
 /// The runner's shards.
@@ -34,16 +46,21 @@ where
     K::DynamicType: Eq + Hash,
 {
     /// Until the first poll (starting needs a runtime).
-    shards: Option<Shards>,
+    joining: Option<Joining>,
+    /// Its own membership, if it has one.
     member: Option<Member>,
+    /// Whether the membership is the manager's (its keys-owned gauge is
+    /// then left unset).
+    #[cfg(feature = "prometheus")]
+    shared: bool,
     group: String,
     renew_deadline: Duration,
     grace: Duration,
     view: Arc<View>,
     watched: Option<Watched<Arc<View>>>,
-    /// What this replica is ready to acknowledge, numbered; the membership
-    /// writes it.
-    declared: watch::Sender<Declared>,
+    /// This controller's part in what the replica acknowledges (from the
+    /// first poll): the membership writes the joint's declarations.
+    slot: Option<Slot>,
     /// Fires when the last renewal runs out.
     fence: Option<Pin<Box<Sleep>>>,
     fenced: bool,
@@ -65,21 +82,30 @@ where
     K: Resource + Clone + Send + Sync + 'static,
     K::DynamicType: Key,
 {
-    /// `shards`' config must have been validated.
-    pub(crate) fn new(shards: Shards, dyntype: K::DynamicType) -> Self {
-        let config = shards.config();
-        let (declared, _) = watch::channel((0, Members::default()));
+    /// The membership's config must have been validated.
+    pub(crate) fn new(joining: Joining, dyntype: K::DynamicType) -> Self {
+        let config = match &joining {
+            Joining::Own(shards) => shards.config(),
+            Joining::Shared(shared) => shared.config(),
+        };
+        #[cfg(feature = "prometheus")]
+        let gauges = match &joining {
+            Joining::Own(shards) => shards.gauges().cloned(),
+            Joining::Shared(shared) => shared.gauges().cloned(),
+        };
         Sharding {
             group: config.group().to_string(),
             renew_deadline: config.renew_deadline(),
             grace: config.fencing_grace(),
             view: Arc::new(View::unknown(config.identity().into())),
             #[cfg(feature = "prometheus")]
-            metrics: shards.gauges().cloned(),
-            shards: Some(shards),
+            metrics: gauges,
+            #[cfg(feature = "prometheus")]
+            shared: matches!(joining, Joining::Shared(_)),
+            joining: Some(joining),
             member: None,
             watched: None,
-            declared,
+            slot: None,
             fence: None,
             fenced: true,
             parked: HashSet::new(),
@@ -94,26 +120,63 @@ where
     /// changed (then [`reshard`](Self::reshard)).
     pub(crate) fn poll(&mut self, cx: &mut Context<'_>) -> bool {
         let mut changed = false;
-        if let Some(shards) = self.shards.take() {
-            match shards.start(self.declared.subscribe()) {
-                Ok(member) => {
-                    self.watched = Some(Watched::new(member.view.clone()));
-                    self.member = Some(member);
-                }
-                // Validated when the controller was run: cannot happen.
-                Err(error) => tracing::error!(%error, "shards not started"),
-            }
+        if let Some(joining) = self.joining.take() {
+            self.join(joining);
         }
         if let Some(watched) = &mut self.watched {
             watched.poll(cx);
             let current = watched.receiver().borrow().clone();
             if !Arc::ptr_eq(&current, &self.view) {
+                // Readiness for the old members no longer holds once keys
+                // may be handed out under the new ones.
+                if current.members != self.view.members
+                    && let Some(slot) = &mut self.slot
+                {
+                    slot.withdraw();
+                }
                 self.view = current;
                 changed = true;
                 self.arm_fence();
             }
         }
         changed
+    }
+
+    /// Takes this controller's slot in the acknowledgement and follows the
+    /// membership's view, starting the membership if it is its own.
+    fn join(&mut self, joining: Joining) {
+        let (slot, view) = match joining {
+            Joining::Own(shards) => {
+                let joint = Joint::new();
+                match (*shards).start(joint.subscribe()) {
+                    Ok(member) => {
+                        let view = member.view.clone();
+                        self.member = Some(member);
+                        (joint.join(), view)
+                    }
+                    // Validated when the controller was run: cannot happen.
+                    Err(error) => {
+                        tracing::error!(%error, "shards not started");
+                        return;
+                    }
+                }
+            }
+            Joining::Shared(shared) => match shared.view() {
+                Some(view) => (shared.join(), view),
+                // The manager left already: it is shutting down.
+                None => return,
+            },
+        };
+        self.slot = Some(slot);
+        self.watched = Some(Watched::new(view));
+    }
+
+    /// The latest declaration of this replica (of every controller on its
+    /// membership), or none before the first poll.
+    fn declared(&self) -> Declared {
+        self.slot
+            .as_ref()
+            .map_or_else(|| (0, Members::default()), Slot::declared)
     }
 
     /// Runs the fence and the cancellation timers; call it after
@@ -191,9 +254,7 @@ where
     /// What to do with a key the queue handed out.
     pub(crate) fn check(&mut self, key: &ObjectRef<K>) -> Check {
         let hash = hash_of(key);
-        let check = self
-            .view
-            .hand_out(&self.declared.borrow(), self.fresh(), hash);
+        let check = self.view.hand_out(&self.declared(), self.fresh(), hash);
         if check == HandOut::Parked {
             self.parked.insert(key.clone());
         }
@@ -205,6 +266,9 @@ where
         let view = self.watched.as_ref()?.receiver().clone();
         let token = CancellationToken::new();
         self.running.insert(key.clone(), token.clone());
+        if let Some(slot) = &mut self.slot {
+            slot.set_in_flight(true);
+        }
         Some(ShardStop {
             token,
             view,
@@ -217,18 +281,25 @@ where
     /// last lost key in flight.
     pub(crate) fn ended(&mut self, key: &ObjectRef<K>) {
         self.running.remove(key);
+        if let Some(slot) = &mut self.slot {
+            slot.set_in_flight(!self.running.is_empty());
+        }
         self.declare();
     }
 
-    /// Declares the current view for acknowledgement once nothing it takes
-    /// from this replica is in flight.
+    /// Declares the current view ready for acknowledgement once nothing
+    /// it takes from this controller is in flight; the replica
+    /// acknowledges it once every controller on its membership has.
     fn declare(&mut self) {
+        let Some(slot) = &mut self.slot else {
+            return;
+        };
         let next = self
             .view
-            .declaration(&self.declared.borrow(), self.running.keys().map(hash_of));
-        if let Some(next) = next {
-            tracing::debug!(members = ?next.1, "acknowledging the shard view");
-            self.declared.send_replace(next);
+            .declaration(&slot.declared(), self.running.keys().map(hash_of));
+        if let Some((_, members)) = next {
+            tracing::debug!(?members, "ready to acknowledge the shard view");
+            slot.ready(members);
         }
     }
 
@@ -264,7 +335,11 @@ where
         }
         #[cfg(feature = "prometheus")]
         if let Some(metrics) = &self.metrics {
-            metrics.set(&self.group, view.members.len(), owned);
+            metrics.set(
+                &self.group,
+                view.members.len(),
+                (!self.shared).then_some(owned),
+            );
         }
         if changed {
             tracing::info!(group = %self.group, members = ?view.members, owned, "shard membership changed");
@@ -276,7 +351,7 @@ where
         let mut cleared = Vec::new();
         let mut lost = Vec::new();
         let fresh = self.fresh();
-        let declared = self.declared.borrow().clone();
+        let declared = self.declared();
         for key in std::mem::take(&mut self.parked) {
             match view.hand_out(&declared, fresh, hash_of(&key)) {
                 HandOut::NotOurs => lost.push(key),
@@ -297,7 +372,11 @@ where
     /// Leaves the group (once the controller is done): ready when the
     /// Lease is released or there was nothing to release.
     pub(crate) fn poll_leave(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        self.shards = None;
+        self.joining = None;
+        // Done, so nothing is in flight: the other controllers on the
+        // membership need not wait for this one any more. A shared
+        // membership is the manager's to leave.
+        self.slot = None;
         let member = &mut self.member;
         self.leave
             .poll(cx, || member.take().map(|m| m.leave().boxed()))

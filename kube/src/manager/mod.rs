@@ -48,6 +48,13 @@
 //! cache warm (so a new leader starts at once, without a re-list), and a
 //! leader that cannot renew fences every controller.
 //!
+//! With [`Manager::shards`] instead, every replica holds one Lease in a
+//! shard group and each controller reconciles only the keys the group gives
+//! this replica. The replica's acknowledgement of a new membership speaks
+//! for all its controllers: it is written only once each of them has
+//! nothing in flight that the new membership takes away, so a key moves to
+//! another replica only after every controller here let go of it.
+//!
 //! # Example
 //!
 //! ```no_run
@@ -112,7 +119,9 @@ use self::health::Health;
 use self::source::{Source, SourceId, Sources};
 use crate::Controller;
 use crate::controller::leadership::Leadership;
+use crate::controller::replication::Shared as ManagerReplication;
 use crate::leader::{LeaderElection, LeaderState, LeaseConfigError};
+use crate::shard::{Shards, SharedMembership};
 
 /// Why the manager refused a call or could not run.
 #[derive(Debug)]
@@ -143,6 +152,15 @@ pub enum ManagerError {
     ElectionAfterControllers,
     /// [`Manager::leader_election`] was called twice.
     ElectionTwice,
+    /// [`Manager::shards`] was called after controllers were made: they
+    /// would not follow it.
+    ShardsAfterControllers,
+    /// [`Manager::shards`] was called twice.
+    ShardsTwice,
+    /// Both [`Manager::leader_election`] and [`Manager::shards`] were
+    /// called: a manager's controllers either all follow one leader or all
+    /// share the keys.
+    ElectionWithShards,
     /// The Lease config breaks client-go's timing rules.
     InvalidLeaseConfig(LeaseConfigError),
     /// [`Manager::run`] was called outside a tokio runtime with signal
@@ -171,8 +189,15 @@ impl fmt::Display for ManagerError {
                 f.write_str("leader_election must be called before the manager makes controllers")
             }
             ManagerError::ElectionTwice => f.write_str("the manager runs one leader election only"),
+            ManagerError::ShardsAfterControllers => {
+                f.write_str("shards must be called before the manager makes controllers")
+            }
+            ManagerError::ShardsTwice => f.write_str("the manager has one shard membership only"),
+            ManagerError::ElectionWithShards => f.write_str(
+                "the manager runs either a leader election or a shard membership, not both",
+            ),
             ManagerError::InvalidLeaseConfig(error) => {
-                write!(f, "invalid leader election: {error}")
+                write!(f, "invalid lease config: {error}")
             }
             ManagerError::Signals(error) => {
                 write!(f, "cannot install the shutdown signal handlers: {error}")
@@ -204,6 +229,9 @@ pub(crate) struct Shared {
     /// The manager's leader election, followed by every controller it
     /// made: the state and the fencing grace.
     leader: Mutex<Option<(watch::Sender<LeaderState>, Duration)>>,
+    /// The manager's shard membership, followed by every controller it
+    /// made.
+    shards: Mutex<Option<Arc<SharedMembership>>>,
     /// Controllers made so far (an election must come before them).
     made: std::sync::atomic::AtomicUsize,
 }
@@ -274,11 +302,18 @@ impl Shared {
         self.client.clone()
     }
 
-    /// The manager's election as a controller follows it, if it has one.
-    pub(crate) fn leadership(&self) -> Option<Leadership> {
+    /// The manager's election or shard membership as a controller
+    /// follows it, if it has one.
+    pub(crate) fn replication(&self) -> Option<ManagerReplication> {
+        if let Some(membership) = &*self.shards.lock() {
+            return Some(ManagerReplication::Shards(membership.clone()));
+        }
         let leader = self.leader.lock();
         let (state, grace) = leader.as_ref()?;
-        Some(Leadership::shared(state.subscribe(), *grace))
+        Some(ManagerReplication::Leader(Box::new(Leadership::shared(
+            state.subscribe(),
+            *grace,
+        ))))
     }
 }
 
@@ -315,6 +350,7 @@ impl Manager {
                 stop: CancellationToken::new(),
                 synced: watch::Sender::new(false),
                 leader: Mutex::new(None),
+                shards: Mutex::new(None),
                 made: std::sync::atomic::AtomicUsize::new(0),
             }),
             added: Vec::new(),
@@ -364,6 +400,9 @@ impl Manager {
         if self.election.is_some() {
             return Err(ManagerError::ElectionTwice);
         }
+        if self.shared.shards.lock().is_some() {
+            return Err(ManagerError::ElectionWithShards);
+        }
         election
             .config()
             .validate()
@@ -371,6 +410,43 @@ impl Manager {
         let grace = election.config().fencing_grace();
         *self.shared.leader.lock() = Some((watch::Sender::new(LeaderState::Following), grace));
         self.election = Some(election);
+        Ok(self)
+    }
+
+    /// One shard membership for every controller of this manager: one
+    /// Lease per replica in `shards`' group, and each controller reconciles
+    /// only the keys the group gives this replica (see [`crate::shard`]).
+    /// Every cache stays whole on every replica (each key's trigger reaches
+    /// its owner). The replica acknowledges a new membership on its Lease
+    /// only once **every** controller has nothing in flight that it loses
+    /// in it, so a key gained elsewhere starts only after each controller
+    /// here let go of it. A replica that cannot renew by its renew deadline
+    /// fences every controller, and `/readyz` fails meanwhile (and before
+    /// the first renewal). The Lease is released on shutdown, after every
+    /// controller drained.
+    ///
+    /// The keys of different controllers are told apart by their kind's
+    /// controller, not by the hash: key `default/a` of the ConfigMap
+    /// controller and of the Secret controller go to the same replica.
+    ///
+    /// Call it before making controllers: each controller follows what the
+    /// manager had when it was made. A controller given an election or
+    /// shards of its own follows those instead.
+    pub fn shards(&mut self, shards: Shards) -> Result<&mut Self, ManagerError> {
+        if self.shared.made.load(std::sync::atomic::Ordering::Relaxed) > 0 {
+            return Err(ManagerError::ShardsAfterControllers);
+        }
+        if self.shared.shards.lock().is_some() {
+            return Err(ManagerError::ShardsTwice);
+        }
+        if self.election.is_some() {
+            return Err(ManagerError::ElectionWithShards);
+        }
+        shards
+            .config()
+            .validate()
+            .map_err(ManagerError::InvalidLeaseConfig)?;
+        *self.shared.shards.lock() = Some(SharedMembership::new(shards));
         Ok(self)
     }
 
@@ -615,6 +691,26 @@ impl Manager {
             None => None,
         };
 
+        // The shard membership, followed by every controller through
+        // `shared.shards`; started here so that it renews from the start
+        // even before a controller polls.
+        let membership = shared.shards.lock().clone();
+        if let Some(membership) = &membership
+            && let Some(view) = membership.view()
+        {
+            let renew_deadline = membership.config().renew_deadline();
+            health.require(Box::new(move || {
+                let renewed = view.borrow().renewed;
+                match renewed {
+                    Some(at) if tokio::time::Instant::now() < at + renew_deadline => None,
+                    Some(_) => {
+                        Some("the shard lease was not renewed by its renew deadline".to_owned())
+                    }
+                    None => Some("the shard lease was not renewed yet".to_owned()),
+                }
+            }));
+        }
+
         // The endpoint.
         let endpoint_stop = CancellationToken::new();
         let endpoint = match listener {
@@ -659,6 +755,9 @@ impl Manager {
         tracing::info!("manager shutting down: draining every controller");
         shared.stop.cancel();
         while controllers.join_next().await.is_some() {}
+        if let Some(membership) = membership {
+            membership.leave().await;
+        }
         if let Some(elector) = elector
             && let Err(error) = elector.release().await
         {

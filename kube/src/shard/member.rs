@@ -10,11 +10,13 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::jiff::Timestamp;
 use kube_client::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube_client::{Api, Client};
+use parking_lot::Mutex;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until, timeout_at};
 
 use super::config::ShardConfig;
+use super::joint::{Joint, Slot};
 use super::protocol::{AckLog, Declared, Verdict, View, judge};
 use super::ring::Members;
 use super::{ACK_ANNOTATION, GROUP_LABEL};
@@ -110,6 +112,80 @@ impl Shards {
             name: self.config.lease_name(),
             me: self.config.identity().to_string(),
         })
+    }
+}
+
+/// A membership several controllers follow, a manager's: started by the
+/// first that asks (or the manager), acknowledged through a [`Joint`] of
+/// their declarations, and left once, after every controller.
+pub(crate) struct SharedMembership {
+    joint: Arc<Joint>,
+    config: ShardConfig,
+    #[cfg(feature = "prometheus")]
+    gauges: Option<super::ShardMetrics>,
+    state: Mutex<Started>,
+}
+
+enum Started {
+    Not(Shards),
+    Running(Member),
+    Left,
+}
+
+impl SharedMembership {
+    /// `shards`' config must have been validated.
+    pub(crate) fn new(shards: Shards) -> Arc<Self> {
+        Arc::new(SharedMembership {
+            joint: Joint::new(),
+            config: shards.config.clone(),
+            #[cfg(feature = "prometheus")]
+            gauges: shards.metrics.clone(),
+            state: Mutex::new(Started::Not(shards)),
+        })
+    }
+
+    /// The membership's config.
+    pub(crate) fn config(&self) -> &ShardConfig {
+        &self.config
+    }
+
+    #[cfg(feature = "prometheus")]
+    pub(crate) fn gauges(&self) -> Option<&super::ShardMetrics> {
+        self.gauges.as_ref()
+    }
+
+    /// The view the membership publishes, starting it on the first call
+    /// (within a runtime); `None` once it was left.
+    pub(crate) fn view(&self) -> Option<watch::Receiver<Arc<View>>> {
+        let mut state = self.state.lock();
+        if let Started::Not(_) = &*state {
+            let Started::Not(shards) = std::mem::replace(&mut *state, Started::Left) else {
+                unreachable!()
+            };
+            match shards.start(self.joint.subscribe()) {
+                Ok(member) => *state = Started::Running(member),
+                // Validated when the manager was given it: cannot happen.
+                Err(error) => tracing::error!(%error, "shards not started"),
+            }
+        }
+        match &*state {
+            Started::Running(member) => Some(member.view.clone()),
+            Started::Not(_) | Started::Left => None,
+        }
+    }
+
+    /// A controller's place in the joint acknowledgement.
+    pub(crate) fn join(&self) -> Slot {
+        self.joint.join()
+    }
+
+    /// Releases the Lease; call it once every controller is done.
+    pub(crate) async fn leave(&self) {
+        let member = match std::mem::replace(&mut *self.state.lock(), Started::Left) {
+            Started::Running(member) => member,
+            Started::Not(_) | Started::Left => return,
+        };
+        member.leave().await;
     }
 }
 

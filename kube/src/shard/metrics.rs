@@ -10,7 +10,10 @@ use prometheus_client::registry::Registry;
 /// * `workqueue_shard_members{name}`: the live members of the group,
 ///   this replica included while it renews its Lease;
 /// * `workqueue_shard_keys_owned{name}`: the objects in the controller's
-///   store that this replica owns under that membership.
+///   store that this replica owns under that membership. When the
+///   controllers of a [`Manager`](crate::Manager) share one membership,
+///   this gauge is left unset: each owns its own kind's objects, and one
+///   series per group cannot tell them apart.
 ///
 /// Register it once, then give a clone to
 /// [`Shards::metrics`](super::Shards::metrics):
@@ -70,14 +73,17 @@ impl ShardMetrics {
         self.keys_owned.get_or_create(&label(name)).get()
     }
 
-    pub(crate) fn set(&self, name: &str, members: usize, keys_owned: usize) {
+    /// Sets the gauges of group `name`; the keys owned only when given.
+    pub(crate) fn set(&self, name: &str, members: usize, keys_owned: Option<usize>) {
         let label = label(name);
         self.members
             .get_or_create(&label)
             .set(i64::try_from(members).unwrap_or(i64::MAX));
-        self.keys_owned
-            .get_or_create(&label)
-            .set(i64::try_from(keys_owned).unwrap_or(i64::MAX));
+        if let Some(keys_owned) = keys_owned {
+            self.keys_owned
+                .get_or_create(&label)
+                .set(i64::try_from(keys_owned).unwrap_or(i64::MAX));
+        }
     }
 }
 

@@ -6,6 +6,9 @@
 //! [`shards`](crate::Controller::shards) with a [`Shards`] of the same
 //! group. Every replica watches every object and keeps its store warm (so a
 //! gained key needs no re-list), but queues and reconciles only its own.
+//! Several controllers of one process share one membership through
+//! [`Manager::shards`](crate::Manager::shards): one Lease per replica, whose
+//! acknowledgement speaks for every controller (see below).
 //!
 //! # Membership
 //!
@@ -64,6 +67,15 @@
 //! itself before that (below). So a gained key starts only after its
 //! previous owner acknowledged the new membership with nothing of the key
 //! in flight, or after the previous owner's Lease expired unrenewed.
+//!
+//! When several controllers share the membership (a manager's), "nothing
+//! it loses in flight" must hold for each: every controller declares the
+//! set it is ready for, and the replica acknowledges a set only once all
+//! of them declared it. A controller's readiness is withdrawn the moment
+//! it adopts a view with other members, before it hands anything out
+//! under them, and a controller that stops with reconciles in flight
+//! holds every later acknowledgement back (safe; its manager reports it
+//! dead).
 //!
 //! Keys gained in a hand-over are queued at the priority of re-listed
 //! objects ([`WatchPriorities::unchanged`], the slow lane by default), so a
@@ -147,6 +159,7 @@
 //! [`WatchPriorities::unchanged`]: crate::WatchPriorities::unchanged
 
 mod config;
+mod joint;
 mod member;
 #[cfg(feature = "prometheus")]
 mod metrics;
@@ -155,8 +168,9 @@ pub mod protocol;
 mod ring;
 
 pub use config::ShardConfig;
-pub(crate) use member::Member;
+pub(crate) use joint::{Joint, Slot};
 pub use member::Shards;
+pub(crate) use member::{Member, SharedMembership};
 #[cfg(feature = "prometheus")]
 pub use metrics::ShardMetrics;
 pub(crate) use protocol::{Declared, HandOut, View};
