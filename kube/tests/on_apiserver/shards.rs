@@ -11,7 +11,8 @@
 //! one key at once, every key's last change reconciled after it was made.
 //! A second test runs replicas whose wall clocks are 5 s apart, and a
 //! replica joining them (a rollout's new Pod), a third deletes a live
-//! member's Lease, on both servers. The fault-injection tests beyond those
+//! member's Lease, a fourth runs managers of two controllers on one
+//! membership each, on both servers. The fault-injection tests beyond those
 //! (a replica cut off while the others go on, one whose stream nobody
 //! polls) are in
 //! `tests/replicas/shards.rs`, on the local server; cuts, stalls, resets
@@ -33,7 +34,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep};
 use tokio_workqueue_kube::shard::{ShardConfig, Shards, owner};
-use tokio_workqueue_kube::{Action, Controller};
+use tokio_workqueue_kube::{Action, Controller, Manager};
 
 use crate::replica_common::{Record, TestError, skewed};
 
@@ -387,6 +388,108 @@ async fn a_replica_whose_lease_is_deleted_keeps_its_keys() {
             sleep(RETRY).await;
         }
         record.check_no_overlap().unwrap();
+        drop(replicas);
+    })
+    .await;
+}
+
+/// A replica that is a `Manager` of two controllers over the namespace's
+/// ConfigMaps (one shared cache), one shard membership for both; each
+/// controller writes its own record.
+fn manager_replica(
+    client: kube_client::Client,
+    ns: &TestNamespace,
+    replica: usize,
+    records: &[Arc<Record>; 2],
+) -> Replica {
+    let config = ShardConfig::new(GROUP, ns.name(), identity(replica))
+        .with_lease_duration(LEASE)
+        .with_renew_deadline(RENEW)
+        .with_retry_period(RETRY);
+    let mut manager = Manager::new(client.clone());
+    manager
+        .shards(Shards::new(client.clone(), config))
+        .expect("shards before controllers");
+    for (i, record) in records.iter().enumerate() {
+        let stream = manager
+            .controller(
+                Api::<ConfigMap>::namespaced(client.clone(), ns.name()),
+                watcher::Config::default(),
+            )
+            .run(
+                reconcile,
+                |_, _, _| Action::requeue(Duration::from_millis(50)),
+                Arc::new(Ctx {
+                    record: record.clone(),
+                    replica,
+                }),
+            );
+        manager.add(&format!("controller-{i}"), stream).unwrap();
+    }
+    let (shutdown, graceful) = oneshot::channel::<()>();
+    manager.shutdown_on(async move {
+        let _ = graceful.await;
+    });
+    Replica {
+        task: tokio::spawn(async move { manager.run().await.expect("the manager ran") }),
+        shutdown: Some(shutdown),
+    }
+}
+
+/// Three managers of two controllers each, one membership per manager: one
+/// Lease per replica (not per controller); both controllers split the keys
+/// by the same owners; a manager that shuts down drains both and releases
+/// its one Lease, and the others take its keys in both controllers.
+#[tokio::test]
+async fn managers_share_one_membership_among_their_controllers() {
+    for_each_backend("shards-manager", |ns| async move {
+        let api = ns.api::<ConfigMap>();
+        create_all(&api).await;
+        let records = [Arc::new(Record::default()), Arc::new(Record::default())];
+        let mut replicas = Vec::new();
+        for i in 0..3 {
+            let client = kube_test_cluster::client(ns.backend()).await;
+            replicas.push(manager_replica(client, &ns, i, &records));
+        }
+        wait_for_leases(&ns, 3).await;
+        let changed = Instant::now();
+        let changes = change_all(&api, "split").await;
+        for record in &records {
+            record.wait_reconciled(&changes, &[0, 1, 2]).await;
+        }
+        sleep(4 * RETRY).await;
+        let leases: Api<Lease> = ns.api();
+        assert_eq!(
+            leases.list(&Default::default()).await.unwrap().items.len(),
+            3
+        );
+        for record in &records {
+            assert_owners(&ns, record, changed, &[0, 1, 2]);
+        }
+
+        let _ = replicas[2].shutdown.take().unwrap().send(());
+        tokio::time::timeout(LIMIT, &mut replicas[2].task)
+            .await
+            .expect("replica 2 ended")
+            .unwrap();
+        let name = format!("{GROUP}-{}", identity(2));
+        let holder = leases
+            .get(&name)
+            .await
+            .unwrap()
+            .spec
+            .and_then(|s| s.holder_identity);
+        assert_eq!(holder, None, "its Lease was not released");
+        let left = Instant::now();
+        let changes = change_all(&api, "after the shutdown").await;
+        for record in &records {
+            record.wait_reconciled(&changes, &[0, 1]).await;
+        }
+        sleep(4 * RETRY).await;
+        for record in &records {
+            assert_owners(&ns, record, left, &[0, 1]);
+            record.check_no_overlap().unwrap();
+        }
         drop(replicas);
     })
     .await;
