@@ -18,6 +18,30 @@
 //! what that controller declares, so a lone controller behaves as it did
 //! before the joint existed.
 //!
+//! # Why one controller's argument still holds
+//!
+//! The model check (`tests/shard_model.rs`) explores the protocol with one
+//! controller per replica. A joint adds no case of its own, because each
+//! controller keeps the invariant the single-controller protocol rests on:
+//! *whenever the replica's latest declaration is `S`, the controller runs
+//! nothing that `S` gives to someone else.*
+//!
+//! - When the joint declares `S`, every slot names `S`: each controller
+//!   readied it with nothing in flight that `S` takes away, and its view's
+//!   members have been `S` since (a change of members empties the slot).
+//! - After that, a controller starts a key only if its view owns it **and**
+//!   the latest declaration gives it to this replica
+//!   ([`View::may_start`](super::View::may_start)); a key `S` gives to
+//!   someone else therefore never starts while `S` is the latest, whatever
+//!   view the controller has moved on to.
+//!
+//! With one controller the joint declares the moment the controller is
+//! ready, as before; with several, later, when the last one is ready, and
+//! by then the first ones' readiness still holds by the two points above.
+//! The replica's acknowledgement of `S` therefore speaks for every
+//! controller, and the rest of the argument (write, then read the others'
+//! acknowledgements) is the single-controller one.
+//!
 //! A slot dropped with keys still in flight stays behind, empty: the joint
 //! then declares nothing more, which is safe (no gained key starts anywhere
 //! before its owner here acknowledges) and visible (the manager's health
