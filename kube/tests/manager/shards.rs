@@ -4,24 +4,25 @@
 //! the Leases read from the API server, never on what the code under test
 //! reports.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube_client::api::{ListParams, Patch, PatchParams};
-use kube_client::{Api, Client, ResourceExt};
+use kube_client::api::{Patch, PatchParams};
+use kube_client::{Api, ResourceExt};
 use kube_local_apiserver::LocalApiServer;
 use kube_runtime::watcher;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep};
 use tokio_workqueue_kube::leader::{LeaderElection, LeaseConfig};
-use tokio_workqueue_kube::shard::{ACK_ANNOTATION, GROUP_LABEL, ShardConfig, Shards, owner};
+use tokio_workqueue_kube::shard::{ShardConfig, Shards};
 use tokio_workqueue_kube::{Action, Manager, ManagerError};
 
-use crate::replica_common::{RETRY, Record, Run, TestError, lease_holder, server_with_configmaps};
+use crate::replica_common::{
+    RETRY, Record, Run, TestError, lease_holder, server_with_configmaps,
+    shard_identity as identity, shard_owner as owner_of, wait_acknowledged,
+};
 
 const GROUP: &str = "manager-shards";
 const LIMIT: Duration = Duration::from_secs(5);
@@ -29,10 +30,6 @@ const KEYS: usize = 12;
 /// How long the second controller's reconcile of an object annotated
 /// `slow` takes: longer than a hand-over, shorter than the fencing grace.
 const SLOW: Duration = Duration::from_millis(1200);
-
-fn identity(replica: usize) -> String {
-    format!("replica-{replica}")
-}
 
 /// Fast rounds, but a long lease, so the fencing grace (half of lease
 /// duration minus renew deadline: 1.5 s) outlasts a slow reconcile and a
@@ -43,14 +40,6 @@ fn config(replica: usize) -> ShardConfig {
         .with_lease_duration(Duration::from_secs(4))
         .with_renew_deadline(Duration::from_secs(1))
         .with_retry_period(RETRY)
-}
-
-/// The replica that owns ConfigMap `name` among `members`, by the crate's
-/// rendezvous hashing on the controllers' key.
-fn owner_of(name: &str, members: &[usize]) -> usize {
-    let ids: Vec<String> = members.iter().map(|&m| identity(m)).collect();
-    let id = owner(&format!("default/{name}"), &ids).expect("a member");
-    members[ids.iter().position(|i| i == id).expect("one of them")]
 }
 
 struct Ctx {
@@ -136,49 +125,6 @@ impl Drop for Replica {
     }
 }
 
-async fn group_leases(client: Client) -> Vec<Lease> {
-    Api::<Lease>::namespaced(client, "default")
-        .list(&ListParams::default().labels(&format!("{GROUP_LABEL}={GROUP}")))
-        .await
-        .expect("leases listed")
-        .items
-}
-
-/// Waits until the group's Leases are exactly one per replica of `live`,
-/// each held and acknowledging exactly `live`.
-async fn wait_acknowledged(client: &Client, live: &[usize]) {
-    let mut ids: Vec<String> = live.iter().map(|&i| identity(i)).collect();
-    ids.sort();
-    let expected = ids.join(",");
-    let deadline = Instant::now() + LIMIT;
-    loop {
-        let leases = group_leases(client.clone()).await;
-        let acks: BTreeMap<String, (Option<String>, Option<String>)> = leases
-            .iter()
-            .map(|l| {
-                let holder = l.spec.as_ref().and_then(|s| s.holder_identity.clone());
-                (
-                    l.name_any(),
-                    (holder, l.annotations().get(ACK_ANNOTATION).cloned()),
-                )
-            })
-            .collect();
-        let steady = acks.len() == live.len()
-            && live.iter().all(|&i| {
-                acks.get(&format!("{GROUP}-{}", identity(i)))
-                    == Some(&(Some(identity(i)), Some(expected.clone())))
-            });
-        if steady {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the group did not acknowledge {expected} within {LIMIT:?}: {acks:?}"
-        );
-        sleep(Duration::from_millis(10)).await;
-    }
-}
-
 /// Waits until some run of `record` matches, up to `LIMIT`.
 async fn wait_run(record: &Record, what: &str, matches: impl Fn(&Run) -> bool) -> Run {
     let deadline = Instant::now() + LIMIT;
@@ -203,7 +149,7 @@ async fn one_membership_for_every_controller_and_a_hand_over_waits_for_each_of_t
     // reconciled every key alone before replica 1 joined.) Once both
     // acknowledge both, a change to every key is reconciled by its owner
     // alone, in each controller.
-    wait_acknowledged(&client, &[0, 1]).await;
+    wait_acknowledged(&client, GROUP, &[0, 1], true, LIMIT).await;
     let names: Vec<String> = (0..KEYS).map(|i| format!("cm-{i}")).collect();
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     let mut changed = Vec::new();
@@ -290,7 +236,7 @@ async fn one_membership_for_every_controller_and_a_hand_over_waits_for_each_of_t
             first.start
         );
     }
-    wait_acknowledged(&client, &[0, 1, 2]).await;
+    wait_acknowledged(&client, GROUP, &[0, 1, 2], true, LIMIT).await;
     for record in &records {
         record.check_no_overlap().unwrap();
     }

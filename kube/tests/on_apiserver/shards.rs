@@ -84,6 +84,19 @@ struct Ctx {
     replica: usize,
 }
 
+impl Ctx {
+    fn new(record: &Arc<Record>, replica: usize) -> Arc<Self> {
+        Arc::new(Ctx {
+            record: record.clone(),
+            replica,
+        })
+    }
+}
+
+fn retry(_: Arc<ConfigMap>, _: &TestError, _: Arc<Ctx>) -> Action {
+    Action::requeue(Duration::from_millis(50))
+}
+
 async fn reconcile(cm: Arc<ConfigMap>, ctx: Arc<Ctx>) -> Result<Action, TestError> {
     let _running = ctx.record.start(&cm, ctx.replica);
     sleep(Duration::from_millis(20)).await;
@@ -98,6 +111,28 @@ fn identity(replica: usize) -> String {
 struct Replica {
     task: JoinHandle<()>,
     shutdown: Option<oneshot::Sender<()>>,
+}
+
+impl Replica {
+    /// Shuts replica `id` down gracefully: it ends within `LIMIT`, and its
+    /// Lease, which existed, is released.
+    async fn shut_down(&mut self, ns: &TestNamespace, id: usize) {
+        let leases: Api<Lease> = ns.api();
+        let name = format!("{GROUP}-{}", identity(id));
+        assert!(leases.get_opt(&name).await.unwrap().is_some());
+        let _ = self.shutdown.take().unwrap().send(());
+        tokio::time::timeout(LIMIT, &mut self.task)
+            .await
+            .expect("the replica ended")
+            .unwrap();
+        let holder = leases
+            .get(&name)
+            .await
+            .unwrap()
+            .spec
+            .and_then(|s| s.holder_identity);
+        assert_eq!(holder, None, "its Lease was not released");
+    }
 }
 
 impl Drop for Replica {
@@ -142,14 +177,7 @@ async fn replica_skewed(
     .graceful_shutdown_on(async move {
         let _ = graceful.await;
     })
-    .run(
-        reconcile,
-        |_, _, _| Action::requeue(Duration::from_millis(50)),
-        Arc::new(Ctx {
-            record: record.clone(),
-            replica,
-        }),
-    );
+    .run(reconcile, retry, Ctx::new(record, replica));
     Replica {
         task: tokio::spawn(stream.for_each(|_| async {})),
         shutdown: Some(shutdown),
@@ -252,21 +280,7 @@ async fn replicas_split_keys_and_hand_a_crashed_replica_s_over() {
 
         // Replica 1 shuts down gracefully: its Lease is released, and
         // replica 2 takes everything well before a lease duration.
-        let leases: Api<Lease> = ns.api();
-        let name = format!("{GROUP}-{}", identity(1));
-        assert!(leases.get_opt(&name).await.unwrap().is_some());
-        let _ = replicas[1].shutdown.take().unwrap().send(());
-        tokio::time::timeout(LIMIT, &mut replicas[1].task)
-            .await
-            .expect("replica 1 ended")
-            .unwrap();
-        let holder = leases
-            .get(&name)
-            .await
-            .unwrap()
-            .spec
-            .and_then(|s| s.holder_identity);
-        assert_eq!(holder, None, "its Lease was not released");
+        replicas[1].shut_down(&ns, 1).await;
         let left = Instant::now();
         let changes = change_all(&api, "after the shutdown").await;
         let last = record.wait_reconciled(&changes, &[2]).await;
@@ -416,14 +430,7 @@ fn manager_replica(
                 Api::<ConfigMap>::namespaced(client.clone(), ns.name()),
                 watcher::Config::default(),
             )
-            .run(
-                reconcile,
-                |_, _, _| Action::requeue(Duration::from_millis(50)),
-                Arc::new(Ctx {
-                    record: record.clone(),
-                    replica,
-                }),
-            );
+            .run(reconcile, retry, Ctx::new(record, replica));
         manager.add(&format!("controller-{i}"), stream).unwrap();
     }
     let (shutdown, graceful) = oneshot::channel::<()>();
@@ -467,19 +474,7 @@ async fn managers_share_one_membership_among_their_controllers() {
             assert_owners(&ns, record, changed, &[0, 1, 2]);
         }
 
-        let _ = replicas[2].shutdown.take().unwrap().send(());
-        tokio::time::timeout(LIMIT, &mut replicas[2].task)
-            .await
-            .expect("replica 2 ended")
-            .unwrap();
-        let name = format!("{GROUP}-{}", identity(2));
-        let holder = leases
-            .get(&name)
-            .await
-            .unwrap()
-            .spec
-            .and_then(|s| s.holder_identity);
-        assert_eq!(holder, None, "its Lease was not released");
+        replicas[2].shut_down(&ns, 2).await;
         let left = Instant::now();
         let changes = change_all(&api, "after the shutdown").await;
         for record in &records {

@@ -42,6 +42,77 @@ pub async fn lease_holder(client: kube_client::Client, lease: &str) -> Option<St
     api.get(lease).await.ok()?.spec?.holder_identity
 }
 
+/// A shard member's identity in these tests.
+pub fn shard_identity(replica: usize) -> String {
+    format!("replica-{replica}")
+}
+
+/// The replica that owns ConfigMap `name` in `default` when `members` are
+/// the group, by the crate's rendezvous hashing on the controllers' key.
+pub fn shard_owner(name: &str, members: &[usize]) -> usize {
+    let ids: Vec<String> = members.iter().map(|&m| shard_identity(m)).collect();
+    let id =
+        tokio_workqueue_kube::shard::owner(&format!("default/{name}"), &ids).expect("a member");
+    members[ids.iter().position(|i| i == id).expect("one of them")]
+}
+
+/// The Leases of shard group `group` in `default`.
+pub async fn group_leases(
+    client: kube_client::Client,
+    group: &str,
+) -> Vec<k8s_openapi::api::coordination::v1::Lease> {
+    let api: kube_client::Api<k8s_openapi::api::coordination::v1::Lease> =
+        kube_client::Api::namespaced(client, "default");
+    let label = format!("{}={group}", tokio_workqueue_kube::shard::GROUP_LABEL);
+    api.list(&kube_client::api::ListParams::default().labels(&label))
+        .await
+        .expect("leases listed")
+        .items
+}
+
+/// Waits up to `limit` until every one of `live` holds its Lease in shard
+/// group `group` and acknowledges exactly `live` there, and, when `only`,
+/// the group has no other Lease; returns when it saw that.
+pub async fn wait_acknowledged(
+    client: &kube_client::Client,
+    group: &str,
+    live: &[usize],
+    only: bool,
+    limit: Duration,
+) -> Instant {
+    let mut ids: Vec<String> = live.iter().map(|&i| shard_identity(i)).collect();
+    ids.sort();
+    let expected = ids.join(",");
+    let deadline = Instant::now() + limit;
+    loop {
+        let leases = group_leases(client.clone(), group).await;
+        let acks: std::collections::BTreeMap<String, (Option<String>, Option<String>)> = leases
+            .iter()
+            .map(|l| {
+                let holder = l.spec.as_ref().and_then(|s| s.holder_identity.clone());
+                let ack = l
+                    .annotations()
+                    .get(tokio_workqueue_kube::shard::ACK_ANNOTATION)
+                    .cloned();
+                (l.name_any(), (holder, ack))
+            })
+            .collect();
+        let steady = (!only || acks.len() == live.len())
+            && live.iter().all(|&i| {
+                acks.get(&format!("{group}-{}", shard_identity(i)))
+                    == Some(&(Some(shard_identity(i)), Some(expected.clone())))
+            });
+        if steady {
+            return Instant::now();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the group did not acknowledge {expected} within {limit:?}: {acks:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// The election of `holder` on the Lease `lease` in `default`, with the
 /// tests' timings.
 pub fn fast_lease(lease: &str, holder: String) -> LeaseConfig {

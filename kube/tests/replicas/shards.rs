@@ -31,7 +31,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::jiff::Timestamp;
 use kube_client::api::ListParams;
-use kube_client::{Api, Client, ResourceExt};
+use kube_client::{Api, ResourceExt};
 use kube_local_apiserver::{Endpoint, LocalApiServer};
 use kube_runtime::watcher;
 use serde_json::json;
@@ -39,32 +39,23 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep};
 use tokio_workqueue_kube::leader::{LeaderElection, LeaseConfig, LeaseConfigError};
-use tokio_workqueue_kube::shard::{ACK_ANNOTATION, GROUP_LABEL, ShardConfig, Shards, owner};
+use tokio_workqueue_kube::shard::{ACK_ANNOTATION, ShardConfig, Shards};
 use tokio_workqueue_kube::{Action, Controller, ControllerError, Error};
 
-use crate::replica_common::{LEASE, RENEW, RETRY, Record, Run, TestError, skewed};
+use crate::replica_common::{
+    LEASE, RENEW, RETRY, Record, Run, TestError, group_leases, shard_identity as identity,
+    shard_owner as owner_of, skewed, wait_acknowledged,
+};
 
 const GROUP: &str = "shards";
 /// Longest any wait in these tests may take.
 const LIMIT: Duration = Duration::from_secs(3);
-
-fn identity(replica: usize) -> String {
-    format!("replica-{replica}")
-}
 
 fn config(replica: usize) -> ShardConfig {
     ShardConfig::new(GROUP, "default", identity(replica))
         .with_lease_duration(LEASE)
         .with_renew_deadline(RENEW)
         .with_retry_period(RETRY)
-}
-
-/// The replica that owns ConfigMap `name` when `members` are the group,
-/// by the crate's rendezvous hashing on the controller's key.
-fn owner_of(name: &str, members: &[usize]) -> usize {
-    let ids: Vec<String> = members.iter().map(|&m| identity(m)).collect();
-    let id = owner(&format!("default/{name}"), &ids).expect("a member");
-    members[ids.iter().position(|i| i == id).expect("one of them")]
 }
 
 fn owners(names: &[String], members: &[usize]) -> HashMap<String, usize> {
@@ -262,46 +253,6 @@ async fn final_checks(record: &Record, changes: &Changes, live: &[usize]) {
     record.check_no_overlap().unwrap();
 }
 
-async fn group_leases(client: Client) -> Vec<Lease> {
-    Api::<Lease>::namespaced(client, "default")
-        .list(&ListParams::default().labels(&format!("{GROUP_LABEL}={GROUP}")))
-        .await
-        .expect("leases listed")
-        .items
-}
-
-/// Waits until every one of `live` holds its Lease in the group and
-/// acknowledges exactly `live` there; returns when it saw that.
-async fn wait_acknowledged(client: &Client, live: &[usize]) -> Instant {
-    let mut ids: Vec<String> = live.iter().map(|&i| identity(i)).collect();
-    ids.sort();
-    let expected = ids.join(",");
-    let deadline = Instant::now() + LIMIT;
-    loop {
-        let leases = group_leases(client.clone()).await;
-        let acks: BTreeMap<String, Option<String>> = leases
-            .iter()
-            .map(|l| (l.name_any(), l.annotations().get(ACK_ANNOTATION).cloned()))
-            .collect();
-        let steady = live.iter().all(|&i| {
-            leases.iter().any(|l| {
-                l.name_any() == format!("{GROUP}-{}", identity(i))
-                    && l.spec.as_ref().and_then(|s| s.holder_identity.as_deref())
-                        == Some(identity(i).as_str())
-                    && l.annotations().get(ACK_ANNOTATION) == Some(&expected)
-            })
-        });
-        if steady {
-            return Instant::now();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the group did not acknowledge {expected} within {LIMIT:?}: {acks:?}"
-        );
-        sleep(Duration::from_millis(10)).await;
-    }
-}
-
 struct Ctx {
     record: Arc<Record>,
     replica: usize,
@@ -482,7 +433,7 @@ async fn replica_shards_split_the_keys() {
         ..Opts::default()
     });
     let all = [0, 1, 2];
-    let settled = wait_acknowledged(&server.client(), &all).await;
+    let settled = wait_acknowledged(&server.client(), GROUP, &all, false, LIMIT).await;
     println!("split among 3: {:?}", count_by_owner(&names, &all));
 
     // From then on each key is reconciled (again, as it requeues) and
@@ -524,7 +475,7 @@ async fn replica_joins_and_moves_about_a_quarter_of_the_keys() {
         ..Opts::default()
     };
     let mut replicas = start_all(&server, 3, &record, opts);
-    wait_acknowledged(&server.client(), &three).await;
+    wait_acknowledged(&server.client(), GROUP, &three, false, LIMIT).await;
     // Keys a replica gains are queued, so each ends last reconciled by
     // its owner among the three.
     wait_until(
@@ -537,7 +488,7 @@ async fn replica_joins_and_moves_about_a_quarter_of_the_keys() {
 
     let joined = Instant::now();
     replicas.push(Replica::start(&server, 3, &record, opts(3)));
-    wait_acknowledged(&server.client(), &four).await;
+    wait_acknowledged(&server.client(), GROUP, &four, false, LIMIT).await;
     wait_until(
         "every key last reconciled by its owner among 4",
         LIMIT,
@@ -595,7 +546,7 @@ async fn replica_crash_without_release_hands_its_keys_over() {
     let all = [0, 1, 2];
     let live = [0, 2];
     let crashed = 1;
-    wait_acknowledged(&server.client(), &all).await;
+    wait_acknowledged(&server.client(), GROUP, &all, false, LIMIT).await;
     wait_until("every key last reconciled by its owner", LIMIT, || {
         record.check_last_by_owners(&names, &all)
     })
@@ -655,7 +606,7 @@ async fn replica_crash_without_release_hands_its_keys_over() {
         slowest < first.start - crash,
         "live keys waited for the hand-over"
     );
-    wait_acknowledged(&server.client(), &live).await;
+    wait_acknowledged(&server.client(), GROUP, &live, false, LIMIT).await;
     record.check_no_overlap().unwrap();
 
     // The others took its keys only after writing its Lease as released
@@ -686,7 +637,7 @@ async fn replica_crash_without_release_hands_its_keys_over() {
         forgotten >= LEASE + forget_after - 2 * RETRY,
         "deleted after only {forgotten:?}"
     );
-    assert_eq!(group_leases(server.client()).await.len(), live.len());
+    assert_eq!(group_leases(server.client(), GROUP).await.len(), live.len());
 }
 
 /// Three replicas whose reconciles take 150 ms and requeue after 50 ms, so
@@ -703,7 +654,7 @@ async fn start_busy(
         ..Opts::default()
     });
     let all = [0, 1, 2];
-    let settled = wait_acknowledged(&server.client(), &all).await;
+    let settled = wait_acknowledged(&server.client(), GROUP, &all, false, LIMIT).await;
     wait_until("every key reconciled by its owner", LIMIT, || {
         record.check_owners_since(settled, names, &all)
     })
@@ -864,7 +815,7 @@ async fn replica_cut_off_from_the_api_server_fences_and_comes_back() {
         "back to reconciling {:?} after reconnecting",
         again.start - back
     );
-    let resettled = wait_acknowledged(&server.client(), &all).await;
+    let resettled = wait_acknowledged(&server.client(), GROUP, &all, false, LIMIT).await;
     wait_until("every key reconciled by its owner again", LIMIT, || {
         record.check_owners_since(resettled, &names, &all)
     })
@@ -886,11 +837,11 @@ async fn replica_clock_5s_ahead_or_behind_changes_nothing() {
         ..Opts::default()
     });
     let all = [0, 1, 2];
-    let settled = wait_acknowledged(&server.client(), &all).await;
+    let settled = wait_acknowledged(&server.client(), GROUP, &all, false, LIMIT).await;
 
     // The clocks are in effect: renewTimes 5 s off either way.
     let now = Timestamp::now();
-    for lease in group_leases(server.client()).await {
+    for lease in group_leases(server.client(), GROUP).await {
         let name = lease.name_any();
         let renewed = lease.spec.unwrap().renew_time.expect("renewed").0;
         let off = renewed.duration_since(now).as_secs_f64();
@@ -904,7 +855,7 @@ async fn replica_clock_5s_ahead_or_behind_changes_nothing() {
     // Steady for twice the lease: the split holds, nothing moves.
     sleep(2 * LEASE).await;
     record.check_owners_since(settled, &names, &all).unwrap();
-    wait_acknowledged(&server.client(), &all).await;
+    wait_acknowledged(&server.client(), GROUP, &all, false, LIMIT).await;
     assert!(
         replicas
             .iter()
@@ -938,7 +889,7 @@ async fn replica_graceful_shutdown_releases_its_lease_and_hands_over() {
     let all = [0, 1, 2];
     let live = [1, 2];
     let leaving = 0;
-    wait_acknowledged(&server.client(), &all).await;
+    wait_acknowledged(&server.client(), GROUP, &all, false, LIMIT).await;
     wait_until("every key last reconciled by its owner", LIMIT, || {
         record.check_last_by_owners(&names, &all)
     })
@@ -997,7 +948,7 @@ async fn replica_graceful_shutdown_releases_its_lease_and_hands_over() {
     let handover = last.saturating_duration_since(ended);
     println!("hand-over after a graceful shutdown: {handover:?}");
     assert!(handover <= 4 * RETRY, "hand-over took {handover:?}");
-    wait_acknowledged(&server.client(), &live).await;
+    wait_acknowledged(&server.client(), GROUP, &live, false, LIMIT).await;
 
     changes.set_all(&server, &names, "changed");
     final_checks(&record, &changes, &live).await;
@@ -1079,7 +1030,7 @@ async fn replica_shards_config_errors_are_error_items() {
     }
 
     // Nothing was written, and nothing reconciled.
-    assert!(group_leases(server.client()).await.is_empty());
+    assert!(group_leases(server.client(), GROUP).await.is_empty());
     let leases = Api::<Lease>::namespaced(server.client(), "default")
         .list(&ListParams::default())
         .await
@@ -1102,7 +1053,7 @@ async fn replica_shard_gauges_count_members_and_owned_keys() {
         ..Opts::default()
     });
     let all = [0, 1, 2];
-    wait_acknowledged(&server.client(), &all).await;
+    wait_acknowledged(&server.client(), GROUP, &all, false, LIMIT).await;
     let expected = count_by_owner(&names, &all);
     let gauges = |of: &[usize]| -> Vec<(i64, i64)> {
         of.iter()
@@ -1271,7 +1222,7 @@ async fn replica_fences_even_while_its_stream_is_not_polled() {
     replicas[cut_off].slow.store(false, Ordering::SeqCst);
     replicas[cut_off].endpoint.reconnect();
     replicas[cut_off].stall.send_replace(false);
-    let resettled = wait_acknowledged(&server.client(), &all).await;
+    let resettled = wait_acknowledged(&server.client(), GROUP, &all, false, LIMIT).await;
     wait_until("every key reconciled by its owner again", LIMIT, || {
         record.check_owners_since(resettled, &names, &all)
     })
