@@ -5,6 +5,7 @@ mod error;
 pub(crate) mod leadership;
 #[cfg(feature = "prometheus")]
 pub(crate) mod metrics;
+mod reasons;
 pub(crate) mod replication;
 mod requeue_priority;
 mod run;

@@ -13,8 +13,7 @@
 //! ends, so it can never be handed out twice at once. Dropping the stream
 //! aborts the tasks in flight and ends their leases.
 
-use std::collections::hash_map::Entry;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::fmt;
 use std::hash::Hash;
 use std::panic::AssertUnwindSafe;
@@ -36,6 +35,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::error::{ControllerError, RunResult};
+use super::reasons::Reasons;
 use super::replication::{Check, Replication, Stop};
 use super::settings::requeue_after;
 use super::triggers::{Trigger, TriggerStream};
@@ -153,9 +153,8 @@ where
     ready: Option<BoxFuture<'static, ()>>,
     in_flight: FuturesUnordered<BoxFuture<'static, Finished<K, O, Fut::Error>>>,
     out: VecDeque<RunResult<K, Fut::Error>>,
-    /// Why each queued key was queued (the first reason wins, except that a
-    /// retry's reason gives way to a fresh trigger).
-    reasons: HashMap<ObjectRef<K>, (ReconcileReason, bool)>,
+    /// Why each queued key was queued.
+    reasons: Reasons,
     graceful: Option<BoxFuture<'static, ()>>,
     forceful: Option<BoxFuture<'static, ()>>,
     phase: Phase,
@@ -247,7 +246,7 @@ where
             ),
             in_flight: FuturesUnordered::new(),
             out: VecDeque::new(),
-            reasons: HashMap::new(),
+            reasons: Reasons::default(),
             graceful,
             forceful,
             phase: Phase::Running,
@@ -323,17 +322,15 @@ where
             return;
         };
         for key in &resharded.lost {
-            self.take_reason(key);
+            self.reasons.take(key);
         }
         let opts = AddOpts::default().priority(self.settings.priorities.unchanged);
         for key in resharded.cleared {
             if self.work.queues.add_with(key.clone(), opts).is_ok() {
-                self.reasons.entry(key).or_insert((
-                    ReconcileReason::Custom {
-                        reason: "gained in a shard hand-over".to_string(),
-                    },
-                    false,
-                ));
+                let reason = ReconcileReason::Custom {
+                    reason: "gained in a shard hand-over".to_string(),
+                };
+                self.reasons.queued(&key, reason);
             }
         }
     }
@@ -380,16 +377,7 @@ where
         // A refused add means the controller is shutting down: the trigger
         // has nowhere to go, as in kube-runtime.
         if self.work.queues.add_with(key.clone(), opts).is_ok() {
-            match self.reasons.entry(key) {
-                Entry::Occupied(mut queued) => {
-                    if queued.get().1 {
-                        queued.insert((reason, false));
-                    }
-                }
-                Entry::Vacant(none) => {
-                    none.insert((reason, false));
-                }
-            }
+            self.reasons.triggered(&key, reason);
         }
     }
 
@@ -424,7 +412,7 @@ where
                             Check::Start => {}
                             Check::NotOurs => {
                                 // Its new owner reconciles it.
-                                self.take_reason(item.key());
+                                self.reasons.take(item.key());
                                 item.forget();
                                 continue;
                             }
@@ -440,24 +428,10 @@ where
         }
     }
 
-    /// Forgets why `key` was queued, and returns it. The map gives back
-    /// its room once it is mostly empty: after an initial list it held a
-    /// reason per object, which a controller then keeps for nothing.
-    fn take_reason(&mut self, key: &ObjectRef<K>) -> Option<(ReconcileReason, bool)> {
-        let taken = self.reasons.remove(key);
-        let (len, room) = (self.reasons.len(), self.reasons.capacity());
-        if room > 64 && len < room / 8 {
-            self.reasons.shrink_to(len * 2);
-        }
-        taken
-    }
-
     /// Starts a reconcile of `item`'s key; tells whether it did.
     fn start(&mut self, source: usize, item: WorkItem<ObjectRef<K>, O>) -> bool {
         let key = item.key();
-        let reason = self
-            .take_reason(key)
-            .map_or(ReconcileReason::Unknown, |(reason, _)| reason);
+        let reason = self.reasons.take(key).unwrap_or(ReconcileReason::Unknown);
         let Some(object) = self.store.get(key) else {
             // kube-runtime's rule: cleanup of a deleted object goes through
             // finalizers, so a key whose object has left the store is
@@ -657,7 +631,7 @@ where
     }
 
     fn note_retry(&mut self, key: &ObjectRef<K>, reason: ReconcileReason) {
-        self.reasons.entry(key.clone()).or_insert((reason, true));
+        self.reasons.retried(key, reason);
     }
 
     /// Whether the run is over: shut down, nothing in flight, and (when

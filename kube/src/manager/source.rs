@@ -7,12 +7,19 @@
 //! then hands it to every subscriber, so a subscriber that reacts to an
 //! event reads the store at least as new as the event.
 //!
+//! Subscribers get a list (`Init`, one `InitApply` per object, `InitDone`)
+//! only once it is complete, from the store just swapped in, and a live
+//! change as the store's own copy of the object. The store keeps a copy of
+//! every object it is given (kube-runtime's `Writer` clones), so handing
+//! subscribers the watch's decoded objects instead would keep a second
+//! copy of each alive until every subscriber has taken it: during an
+//! initial list, where subscribers fall behind, nearly a second cache.
+//!
 //! A subscriber that joins after the source started does not miss the
 //! objects already listed: under the same lock that orders the live events
-//! it is handed the store's contents as a list (`Init`, one `InitApply` per
-//! object, `InitDone`), then the live events that follow. One that joins
-//! while a list is in progress waits for its end and gets the store, just
-//! swapped in, the same way (no copy of a list in progress is kept).
+//! it is handed the store's contents as a list, then the live events that
+//! follow. One that joins before the first list or while a list is in
+//! progress gets that list at its end, as everyone does.
 
 use std::any::{Any, TypeId};
 use std::borrow::Cow;
@@ -121,6 +128,7 @@ where
     K::DynamicType: Eq + Hash + Clone,
 {
     store: Store<K>,
+    dyntype: K::DynamicType,
     inner: Mutex<Inner<K>>,
 }
 
@@ -131,10 +139,8 @@ where
     subscribers: Vec<UnboundedSender<SharedEvent<K>>>,
     /// Taken when the source starts.
     pending: Option<Pending<K>>,
-    /// Subscribers that joined during a list: they get the store at its
-    /// end.
-    joining: Vec<UnboundedSender<SharedEvent<K>>>,
-    /// Whether a list is in progress.
+    /// Whether a list is in progress: its end replays the store to every
+    /// subscriber.
     listing: bool,
     /// Whether a first list was applied (the store is complete).
     ready: bool,
@@ -158,16 +164,16 @@ where
         events: impl futures_core::Stream<Item = WatchEvent<K>> + Send + 'static,
         dyntype: K::DynamicType,
     ) -> Self {
-        let writer = Writer::<K>::new(dyntype);
+        let writer = Writer::<K>::new(dyntype.clone());
         Source {
             store: writer.as_reader(),
+            dyntype,
             inner: Mutex::new(Inner {
                 subscribers: Vec::new(),
                 pending: Some(Pending {
                     writer,
                     events: events.boxed(),
                 }),
-                joining: Vec::new(),
                 listing: false,
                 ready: false,
             }),
@@ -190,12 +196,9 @@ where
         let (tx, rx) = unbounded();
         let mut inner = self.inner.lock();
         // The store only changes under this lock, so the replay and the
-        // live events that follow neither overlap nor leave a gap.
-        if inner.listing {
-            inner.joining.push(tx);
-            return rx;
-        }
-        if inner.ready {
+        // live events that follow neither overlap nor leave a gap. During a
+        // list, the list's end replays the store to every subscriber.
+        if inner.ready && !inner.listing {
             replay(&self.store, &tx);
         }
         inner.subscribers.push(tx);
@@ -212,28 +215,40 @@ where
                 let mut events = events;
                 while let Some(event) = events.next().await {
                     let mut inner = this.inner.lock();
-                    if let Ok(event) = &event {
-                        writer.apply_watcher_event(event);
-                        match event {
-                            Event::Init => inner.listing = true,
-                            Event::InitDone => {
-                                inner.listing = false;
-                                inner.ready = true;
+                    let event = match event {
+                        Ok(event) => {
+                            writer.apply_watcher_event(&event);
+                            match event {
+                                Event::Init => {
+                                    inner.listing = true;
+                                    continue;
+                                }
+                                // Handed over from the store at the list's end.
+                                Event::InitApply(_) => continue,
+                                Event::InitDone => {
+                                    inner.listing = false;
+                                    inner.ready = true;
+                                    let store = &this.store;
+                                    inner.subscribers.retain(|tx| replay(store, tx));
+                                    continue;
+                                }
+                                Event::Apply(object) => {
+                                    // The store's copy; the watch's is dropped here.
+                                    let key = object.to_object_ref(this.dyntype.clone());
+                                    let object =
+                                        this.store.get(&key).unwrap_or_else(|| Arc::new(object));
+                                    Ok(Event::Apply(SharedObject(object)))
+                                }
+                                Event::Delete(object) => {
+                                    Ok(Event::Delete(SharedObject(Arc::new(object))))
+                                }
                             }
-                            Event::InitApply(_) | Event::Apply(_) | Event::Delete(_) => {}
                         }
-                    }
-                    let event = share(event);
+                        Err(error) => Err(error),
+                    };
                     inner
                         .subscribers
                         .retain(|tx| tx.unbounded_send(clone_event(&event)).is_ok());
-                    if !inner.listing && !inner.joining.is_empty() {
-                        let joining = std::mem::take(&mut inner.joining);
-                        for tx in joining {
-                            replay(&this.store, &tx);
-                            inner.subscribers.push(tx);
-                        }
-                    }
                 }
             }
             .boxed(),
@@ -246,27 +261,22 @@ where
     }
 }
 
-/// The store's contents as one list.
-fn replay<K: Lookup + Clone + 'static>(store: &Store<K>, tx: &UnboundedSender<SharedEvent<K>>)
+/// Sends the store's contents as one list; `false` if the subscriber is
+/// gone.
+fn replay<K: Lookup + Clone + 'static>(
+    store: &Store<K>,
+    tx: &UnboundedSender<SharedEvent<K>>,
+) -> bool
 where
     K::DynamicType: Eq + Hash + Clone,
 {
-    let _ = tx.unbounded_send(Ok(Event::Init));
+    if tx.unbounded_send(Ok(Event::Init)).is_err() {
+        return false;
+    }
     for object in store.state() {
         let _ = tx.unbounded_send(Ok(Event::InitApply(SharedObject(object))));
     }
-    let _ = tx.unbounded_send(Ok(Event::InitDone));
-}
-
-/// The watch's event with its object moved behind an `Arc`, once.
-fn share<K>(event: WatchEvent<K>) -> SharedEvent<K> {
-    event.map(|event| match event {
-        Event::Init => Event::Init,
-        Event::InitApply(object) => Event::InitApply(SharedObject(Arc::new(object))),
-        Event::InitDone => Event::InitDone,
-        Event::Apply(object) => Event::Apply(SharedObject(Arc::new(object))),
-        Event::Delete(object) => Event::Delete(SharedObject(Arc::new(object))),
-    })
+    tx.unbounded_send(Ok(Event::InitDone)).is_ok()
 }
 
 fn clone_event<K>(event: &SharedEvent<K>) -> SharedEvent<K> {
@@ -379,6 +389,7 @@ mod tests {
     use futures_channel::mpsc;
     use k8s_openapi::api::core::v1::ConfigMap;
     use kube_client::ResourceExt;
+    use kube_runtime::reflector::ObjectRef;
 
     fn cm(name: &str) -> ConfigMap {
         let mut cm = ConfigMap::default();
@@ -434,16 +445,22 @@ mod tests {
         send(&tx, Event::InitApply(cm("b"))).await;
         assert!(!source.is_ready());
         assert!(drain(&mut mid).is_empty());
+        // Nobody gets a list before it is complete: the store hands it
+        // over, so the watch's copies are not kept for subscribers.
+        let mut got = Vec::new();
+        while let Ok(event) = early.try_recv() {
+            got.push(event);
+        }
+        assert!(got.is_empty(), "{} events before the list ended", got.len());
         send(&tx, Event::InitDone).await;
         assert!(source.is_ready());
         // Joins after: the store as a list, then live events.
         let mut late = source.subscribe();
         send(&tx, Event::Apply(cm("c"))).await;
 
-        assert_eq!(
-            drain(&mut early),
-            ["init", "list a", "list b", "done", "apply c"]
-        );
+        let mut got = drain(&mut early);
+        got[1..3].sort();
+        assert_eq!(got, ["init", "list a", "list b", "done", "apply c"]);
         let mut got = drain(&mut mid);
         got[1..3].sort();
         assert_eq!(got, ["init", "list a", "list b", "done", "apply c"]);
@@ -451,6 +468,28 @@ mod tests {
         got[1..3].sort();
         assert_eq!(got, ["init", "list a", "list b", "done", "apply c"]);
         assert_eq!(source.store().state().len(), 3);
+        drop(tx);
+        task.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn subscribers_share_the_store_s_copy_of_a_listed_or_changed_object() {
+        let (source, tx, task) = source();
+        let mut rx = source.subscribe();
+        send(&tx, Event::Init).await;
+        send(&tx, Event::InitApply(cm("a"))).await;
+        send(&tx, Event::InitDone).await;
+        send(&tx, Event::Apply(cm("b"))).await;
+        let store = source.store();
+        let mut shared = 0;
+        while let Ok(event) = rx.try_recv() {
+            if let Ok(Event::InitApply(o) | Event::Apply(o)) = event {
+                let key = ObjectRef::from_obj(&*o.0);
+                assert!(Arc::ptr_eq(&o.0, &store.get(&key).unwrap()), "{key} copied");
+                shared += 1;
+            }
+        }
+        assert_eq!(shared, 2);
         drop(tx);
         task.await.unwrap();
     }
