@@ -48,6 +48,17 @@
 //!   live member's acknowledgement gives it to that member.
 //! * A reconcile that ends lets the controller declare again.
 //!
+//! **Several controllers on one membership** (a manager's, `shard/joint.rs`):
+//! each controller takes the published views in steps of its own, parks,
+//! queues and runs its own keys (the same objects: a change triggers
+//! each), and declaring makes it *ready* for its view's members; the
+//! replica declares a set (what its renewals write) only once every
+//! controller is ready for it, and a controller's readiness is dropped
+//! when it takes a view with other members. With one controller this is
+//! the single controller's declaration, state for state (the default
+//! checks explore exactly the graph they did before controllers were
+//! modelled apart).
+//!
 //! **Fencing.** A replica whose view's renewal is older than the renew
 //! deadline starts nothing; its reconciles are cancelled a fencing grace
 //! later (by each reconcile's own task, on the latest published view), and
@@ -112,8 +123,8 @@
 //!
 //! # Properties
 //!
-//! * Safety (`always`): no key runs on two replicas at once, in every
-//!   reachable state (a reconcile runs from its start to its end, its
+//! * Safety (`always`): no key runs on two replicas at once in one
+//!   controller, in every reachable state (a reconcile runs from its start to its end, its
 //!   cancellation by the fence, or its process's crash).
 //! * Liveness: from every reachable state with a replica up, a continuation
 //!   without faults (no crash, join, leave, cut-off, timeout, slow step,
@@ -127,7 +138,13 @@
 //!   reached (an expired member still up, a declaration on a Lease that
 //!   the controller's view has not read, ...).
 //! * The checker finds what the rules guard against: without fencing
-//!   (`mutant_without_fencing`) it finds an overlap.
+//!   (`mutant_without_fencing`) it finds an overlap, and so it does when
+//!   a replica with two controllers declares what one of them is ready
+//!   for (`mutant_joint_of_the_first_ready_controller`). Dropping a
+//!   controller's readiness on a change of members is not shown needed by
+//!   the sizes explored (it takes two changes of members while a
+//!   controller lags, beyond them); it is kept for the argument in
+//!   `shard/joint.rs`.
 //!
 //! # Not modelled
 //!
@@ -141,8 +158,8 @@
 //! # Running
 //!
 //! `cargo test -p tokio-workqueue-kube --test shard_model` runs the default
-//! sizes (two replicas, two keys, one event; under a minute in debug
-//! builds). The larger ones are `#[ignore]`d: `cargo test --release -p
+//! sizes (two replicas, two keys, one event; two controllers with one
+//! replica up and one event; about a minute and a half in debug builds). The larger ones are `#[ignore]`d: `cargo test --release -p
 //! tokio-workqueue-kube --test shard_model -- --ignored --nocapture`.
 //! Each check prints the states it explored and its time.
 
@@ -158,9 +175,11 @@ use tokio_workqueue_kube::shard::protocol::{
     AckLog, Assignment, Declared, HandOut, Verdict, View, judge,
 };
 
-/// At most this many replicas and keys (bit sets are `u8`).
+/// At most this many replicas and keys (bit sets are `u8`), and
+/// controllers sharing each replica's membership.
 const MAX_N: usize = 3;
 const MAX_K: usize = 4;
+const MAX_C: usize = 2;
 
 // ---------------------------------------------------------------------
 // Member sets, with owners from the crate's rendezvous hashing.
@@ -374,6 +393,36 @@ fn ack_log(sent: u8, acked: u8) -> AckLog<Set> {
     log
 }
 
+/// One controller of a replica (`controller/sharding.rs`): the view it
+/// acts on, its place in the joint acknowledgement (`shard/joint.rs`), and
+/// its keys.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct Ctl {
+    view: CView,
+    view_age: u8,
+    /// Published, not yet seen by this controller.
+    unseen: bool,
+    /// The set this controller is ready to acknowledge (its slot).
+    ready: Option<Set>,
+    queued: u8,
+    parked: u8,
+    running: u8,
+}
+
+impl Ctl {
+    fn new() -> Self {
+        Ctl {
+            view: CView::unknown(),
+            view_age: 2,
+            unseen: false,
+            ready: None,
+            queued: 0,
+            parked: 0,
+            running: 0,
+        }
+    }
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 struct Replica {
     up: bool,
@@ -396,15 +445,11 @@ struct Replica {
     confirmed: u8,
     published: CView,
     published_age: u8,
-    /// Published, not yet seen by the controller.
-    unseen: bool,
-    // The controller.
-    view: CView,
-    view_age: u8,
-    declared: (u8, Set),
-    queued: u8,
-    parked: u8,
-    running: u8,
+    /// The replica's latest declaration: the set every controller is
+    /// ready for (`shard/joint.rs`), numbered.
+    joint: (u8, Set),
+    // The controllers.
+    ctls: [Ctl; MAX_C],
 }
 
 impl Replica {
@@ -421,13 +466,8 @@ impl Replica {
             confirmed: 2,
             published: CView::unknown(),
             published_age: 2,
-            unseen: false,
-            view: CView::unknown(),
-            view_age: 2,
-            declared: (0, Set(0)),
-            queued: 0,
-            parked: 0,
-            running: 0,
+            joint: (0, Set(0)),
+            ctls: [Ctl::new(); MAX_C],
         }
     }
 
@@ -441,15 +481,31 @@ impl Replica {
     }
 
     fn declared(&self) -> Declared<Set> {
-        (u64::from(self.declared.0), self.declared.1)
+        (u64::from(self.joint.0), self.joint.1)
     }
 
-    /// `Sharding::declare`: the next declaration, if the view allows one.
-    fn declare(&mut self, me: u8) {
-        let view = self.view.view(me);
-        if let Some((number, set)) = view.declaration(&self.declared(), keys_of(self.running)) {
-            self.declared = (number as u8, set);
+    /// `Sharding::declare` of controller `c`: ready for its view's members
+    /// if its view allows a declaration; then the joint of the first
+    /// `controllers` declares the set they all are ready for, if new.
+    fn declare(&mut self, me: u8, c: usize, controllers: usize, mutant: Mutant) {
+        let view = self.ctls[c].view.view(me);
+        let Some((_, set)) = view.declaration(&self.declared(), keys_of(self.ctls[c].running))
+        else {
+            return;
+        };
+        self.ctls[c].ready = Some(set);
+        let agreed = mutant == Mutant::FirstReady
+            || self.ctls[..controllers]
+                .iter()
+                .all(|ctl| ctl.ready == Some(set));
+        if agreed && set != self.joint.1 {
+            self.joint = (self.joint.0 + 1, set);
         }
+    }
+
+    /// Keys any controller runs.
+    fn running(&self) -> u8 {
+        self.ctls.iter().fold(0, |m, c| m | c.running)
     }
 
     /// Whether the holder of this replica's Lease could still act on a
@@ -464,8 +520,9 @@ impl Replica {
 struct State {
     leases: [Lease; MAX_N],
     replicas: [Replica; MAX_N],
-    /// Keys with a change no finished reconcile started after.
-    pending: u8,
+    /// Per controller: keys with a change no finished reconcile of that
+    /// controller started after.
+    pending: [u8; MAX_C],
     /// Events (crash, join, leave, cut, timeout, deletion) left.
     events: u8,
     /// Changes left.
@@ -509,16 +566,21 @@ enum Action {
     ListFails(u8),
     /// The task acts on its list: expires, publishes the view.
     Publish(u8),
-    /// The controller takes the published view.
-    Observe(u8),
-    /// The queue hands out a key.
+    /// A controller takes the published view.
+    Observe {
+        replica: u8,
+        ctl: u8,
+    },
+    /// A controller's queue hands out a key.
     HandOut {
         replica: u8,
+        ctl: u8,
         key: u8,
     },
     /// A reconcile ends.
     Finish {
         replica: u8,
+        ctl: u8,
         key: u8,
     },
     /// Time passes for a replica: each of its renewals is a step older.
@@ -571,6 +633,8 @@ enum Mutant {
     NoDeclarationNumber,
     /// No fencing: a replica acts on any renewal.
     NoFence,
+    /// The joint declares what any one controller is ready for.
+    FirstReady,
 }
 
 /// Kinds of event.
@@ -592,8 +656,9 @@ struct ShardModel {
     /// Replicas `0..n`; `0..up` are up at the start, the others may join.
     n: usize,
     up: usize,
-    /// Keys `0..k`.
+    /// Keys `skip..skip + k`.
     k: usize,
+    skip: usize,
     events: u8,
     changes: u8,
     /// Deletions of Leases: by the others once released, and by hand.
@@ -604,6 +669,8 @@ struct ShardModel {
     lag: bool,
     /// The kinds of event that may happen (`CRASH | ...`).
     kinds: u8,
+    /// Controllers per replica, on one membership (a manager's).
+    c: usize,
     mutant: Mutant,
 }
 
@@ -619,12 +686,14 @@ impl ShardModel {
             deletions: true,
             lag: true,
             kinds: ALL,
+            c: 1,
+            skip: 0,
             mutant: Mutant::None,
         }
     }
 
     fn keys(&self) -> u8 {
-        (1u8 << self.k) - 1
+        ((1u8 << self.k) - 1) << self.skip
     }
 
     fn eligible_stale(&self, state: &State, reader: usize, lease: usize) -> bool {
@@ -641,8 +710,8 @@ impl ShardModel {
         unchanged && (self.mutant == Mutant::NoFence || !holder.could_act())
     }
 
-    fn fresh(&self, replica: &Replica) -> bool {
-        self.mutant == Mutant::NoFence || replica.view_age == 0
+    fn fresh(&self, ctl: &Ctl) -> bool {
+        self.mutant == Mutant::NoFence || ctl.view_age == 0
     }
 }
 
@@ -714,12 +783,17 @@ fn normalize(state: &mut State) {
         visit_versions(state, lease, &mut |v| *v = rank(used, *v));
     }
     for r in &mut state.replicas {
-        let numbers = [
-            &mut r.declared.0,
-            &mut r.sent,
-            &mut r.published.declared,
-            &mut r.view.declared,
-        ];
+        // Readiness for the set already declared is readiness for nothing
+        // new: the joint only ever compares it with a set not declared
+        // yet. (With one controller, a state is then exactly what it was
+        // before controllers were modelled apart.)
+        for ctl in &mut r.ctls {
+            if ctl.ready == Some(r.joint.1) {
+                ctl.ready = None;
+            }
+        }
+        let mut numbers = vec![&mut r.joint.0, &mut r.sent, &mut r.published.declared];
+        numbers.extend(r.ctls.iter_mut().map(|c| &mut c.view.declared));
         let used = numbers.iter().fold(0u64, |m, n| m | (1 << **n));
         for n in numbers {
             *n = rank(used, *n);
@@ -728,30 +802,34 @@ fn normalize(state: &mut State) {
 }
 
 impl ShardModel {
-    fn reshard(&self, state: &mut State, r: usize) {
+    fn reshard(&self, state: &mut State, r: usize, c: usize) {
         let me = r as u8;
         let rep = &mut state.replicas[r];
-        let old = rep.view.members;
-        rep.view = rep.published;
-        rep.view_age = rep.published_age;
-        rep.unseen = false;
-        let view = rep.view.view(me);
+        let (published, published_age) = (rep.published, rep.published_age);
+        let ctl = &mut rep.ctls[c];
+        let old = ctl.view.members;
+        ctl.view = published;
+        ctl.view_age = published_age;
+        ctl.unseen = false;
+        let view = ctl.view.view(me);
         if old != view.members {
+            ctl.ready = None;
             for key in keys_of(self.keys()) {
                 if view.gained(&old, key) {
-                    rep.parked |= 1 << key;
+                    ctl.parked |= 1 << key;
                 }
             }
         }
-        rep.declare(me);
+        rep.declare(me, c, self.c, self.mutant);
         let declared = rep.declared();
-        let fresh = self.fresh(rep);
-        for key in keys_of(rep.parked) {
+        let ctl = &mut rep.ctls[c];
+        let fresh = self.fresh(ctl);
+        for key in keys_of(ctl.parked) {
             match self.hand_out(&view, &declared, fresh, key) {
-                HandOut::NotOurs => rep.parked &= !(1 << key),
+                HandOut::NotOurs => ctl.parked &= !(1 << key),
                 HandOut::Start => {
-                    rep.parked &= !(1 << key);
-                    rep.queued |= 1 << key;
+                    ctl.parked &= !(1 << key);
+                    ctl.queued |= 1 << key;
                 }
                 HandOut::Parked => {}
             }
@@ -776,13 +854,14 @@ impl ShardModel {
     /// The reconciles of `r` are cancelled (fenced): they end, their keys
     /// are queued again.
     fn cancel(&self, state: &mut State, r: usize) {
-        let rep = &mut state.replicas[r];
-        rep.queued |= rep.running;
-        // They did not finish: their changes are not reconciled.
-        state.pending |= rep.running;
-        let rep = &mut state.replicas[r];
-        rep.running = 0;
-        rep.declare(r as u8);
+        for c in 0..self.c {
+            let ctl = &mut state.replicas[r].ctls[c];
+            ctl.queued |= ctl.running;
+            // They did not finish: their changes are not reconciled.
+            state.pending[c] |= ctl.running;
+            state.replicas[r].ctls[c].running = 0;
+            state.replicas[r].declare(r as u8, c, self.c, self.mutant);
+        }
     }
 }
 
@@ -855,20 +934,35 @@ impl Model for ShardModel {
                 actions.push(Action::GhostLands(id));
                 actions.push(Action::GhostLost(id));
             }
-            // The controller.
-            if rep.unseen && self.lag {
-                actions.push(Action::Observe(id));
-            }
-            if self.fresh(rep) {
-                for key in keys_of(rep.queued & !rep.running) {
-                    actions.push(Action::HandOut { replica: id, key });
+            // The controllers.
+            for (c, ctl) in rep.ctls.iter().enumerate().take(self.c) {
+                let c = c as u8;
+                if ctl.unseen && self.lag {
+                    actions.push(Action::Observe {
+                        replica: id,
+                        ctl: c,
+                    });
+                }
+                if self.fresh(ctl) {
+                    for key in keys_of(ctl.queued & !ctl.running) {
+                        actions.push(Action::HandOut {
+                            replica: id,
+                            ctl: c,
+                            key,
+                        });
+                    }
+                }
+                for key in keys_of(ctl.running) {
+                    actions.push(Action::Finish {
+                        replica: id,
+                        ctl: c,
+                        key,
+                    });
                 }
             }
-            for key in keys_of(rep.running) {
-                actions.push(Action::Finish { replica: id, key });
-            }
             // Time.
-            if rep.view_age < 2 && (rep.cut || event) {
+            let young = rep.ctls[..self.c].iter().any(|ctl| ctl.view_age < 2);
+            if young && (rep.cut || event) {
                 actions.push(Action::Tick(id));
             }
             // Faults and events.
@@ -877,7 +971,7 @@ impl Model for ShardModel {
             }
             if event {
                 actions.push(Action::Crash(id));
-                if rep.running == 0 {
+                if rep.running() == 0 {
                     actions.push(Action::Leave(id));
                 }
                 if !rep.cut {
@@ -886,7 +980,7 @@ impl Model for ShardModel {
             }
         }
         if state.changes > 0 {
-            for key in 0..self.k as u8 {
+            for key in keys_of(self.keys()) {
                 actions.push(Action::Change(key));
             }
         }
@@ -999,29 +1093,32 @@ impl Model for ShardModel {
                 }
             }
             Action::Publish(r) => self.publish(&mut s, r as usize),
-            Action::Observe(r) => self.reshard(&mut s, r as usize),
-            Action::HandOut { replica, key } => {
-                let r = replica as usize;
+            Action::Observe { replica, ctl } => {
+                self.reshard(&mut s, replica as usize, ctl as usize);
+            }
+            Action::HandOut { replica, ctl, key } => {
+                let (r, c) = (replica as usize, ctl as usize);
                 let rep = &mut s.replicas[r];
-                let view = rep.view.view(replica);
+                let declared = rep.declared();
+                let ctl = &mut rep.ctls[c];
+                let view = ctl.view.view(replica);
                 let bit = 1 << key;
-                rep.queued &= !bit;
-                match self.hand_out(&view, &rep.declared(), self.fresh(rep), key) {
+                ctl.queued &= !bit;
+                match self.hand_out(&view, &declared, self.fresh(ctl), key) {
                     HandOut::Start => {
-                        rep.running |= bit;
+                        ctl.running |= bit;
                         // It reads the object as it is now.
-                        s.pending &= !bit;
+                        s.pending[c] &= !bit;
                     }
                     HandOut::NotOurs => {}
-                    HandOut::Parked => rep.parked |= bit,
+                    HandOut::Parked => ctl.parked |= bit,
                 }
             }
-            Action::Finish { replica, key } => {
-                let r = replica as usize;
-                let bit = 1 << key;
+            Action::Finish { replica, ctl, key } => {
+                let (r, c) = (replica as usize, ctl as usize);
                 let rep = &mut s.replicas[r];
-                rep.running &= !bit;
-                rep.declare(replica);
+                rep.ctls[c].running &= !(1 << key);
+                rep.declare(replica, c, self.c, self.mutant);
             }
             Action::Tick(r) => {
                 let r = r as usize;
@@ -1029,7 +1126,9 @@ impl Model for ShardModel {
                     s.events -= 1;
                 }
                 let rep = &mut s.replicas[r];
-                rep.view_age = (rep.view_age + 1).min(2);
+                for ctl in &mut rep.ctls {
+                    ctl.view_age = (ctl.view_age + 1).min(2);
+                }
                 rep.published_age = (rep.published_age + 1).min(2);
                 rep.confirmed = (rep.confirmed + 1).min(2);
                 if rep.published_age == 2 && self.mutant != Mutant::NoFence {
@@ -1039,7 +1138,9 @@ impl Model for ShardModel {
             Action::Crash(r) => {
                 let r = r as usize;
                 s.events -= 1;
-                s.pending |= s.replicas[r].running;
+                for c in 0..MAX_C {
+                    s.pending[c] |= s.replicas[r].ctls[c].running;
+                }
                 let rep = &mut s.replicas[r];
                 let ghost = rep.ghost;
                 *rep = Replica::down();
@@ -1081,18 +1182,27 @@ impl Model for ShardModel {
                 let rep = &mut s.replicas[r as usize];
                 rep.cut = false;
                 // The watch lists again: every owned object is a trigger.
-                let view = rep.view.view(r);
-                rep.queued |= keys_of(keys)
-                    .filter(|&k| view.owns(k))
-                    .fold(0, |m, k| m | (1 << k));
+                for ctl in &mut rep.ctls[..self.c] {
+                    let view = ctl.view.view(r);
+                    ctl.queued |= keys_of(keys)
+                        .filter(|&k| view.owns(k))
+                        .fold(0, |m, k| m | (1 << k));
+                }
             }
             Action::Change(key) => {
                 s.changes -= 1;
                 let bit = 1 << key;
-                s.pending |= bit;
+                for pending in &mut s.pending[..self.c] {
+                    *pending |= bit;
+                }
                 for (r, rep) in s.replicas.iter_mut().enumerate() {
-                    if rep.up && !rep.cut && rep.view.view(r as u8).owns(key) {
-                        rep.queued |= bit;
+                    if !rep.up || rep.cut {
+                        continue;
+                    }
+                    for ctl in &mut rep.ctls[..self.c] {
+                        if ctl.view.view(r as u8).owns(key) {
+                            ctl.queued |= bit;
+                        }
                     }
                 }
             }
@@ -1109,12 +1219,14 @@ impl Model for ShardModel {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        vec![
+        let mut properties = vec![
             Property::always("no key runs on two replicas", |_, s: &State| {
                 overlap(s).is_none()
             }),
             // Coverage: the model reaches the situations it is about.
-            Property::sometimes("every change reconciled", |_, s: &State| s.pending == 0),
+            Property::sometimes("every change reconciled", |_, s: &State| {
+                s.pending == [0; MAX_C]
+            }),
             Property::sometimes("a member's Lease expired while it is up", |_, s: &State| {
                 s.replicas
                     .iter()
@@ -1127,27 +1239,43 @@ impl Model for ShardModel {
                     s.replicas.iter().enumerate().any(|(r, rep)| {
                         rep.up
                             && s.leases[r].held
-                            && rep.view.acked & (1 << s.leases[r].ack.0) == 0
-                            && rep.view_age == 0
+                            && rep.ctls.iter().any(|ctl| {
+                                ctl.view.acked & (1 << s.leases[r].ack.0) == 0 && ctl.view_age == 0
+                            })
                     })
                 },
             ),
             Property::sometimes("two replicas reconcile at once", |_, s: &State| {
-                s.replicas.iter().filter(|r| r.running != 0).count() >= 2
+                s.replicas.iter().filter(|r| r.running() != 0).count() >= 2
             }),
             Property::sometimes(
                 "a key runs where another replica's view owns it",
                 |_, s: &State| {
                     s.replicas.iter().enumerate().any(|(r, rep)| {
-                        keys_of(rep.running).any(|k| {
-                            s.replicas.iter().enumerate().any(|(o, other)| {
-                                o != r && other.up && other.view.view(o as u8).owns(k)
+                        rep.ctls.iter().enumerate().any(|(c, ctl)| {
+                            keys_of(ctl.running).any(|k| {
+                                s.replicas.iter().enumerate().any(|(o, other)| {
+                                    o != r && other.up && other.ctls[c].view.view(o as u8).owns(k)
+                                })
                             })
                         })
                     })
                 },
             ),
-        ]
+        ];
+        if self.c > 1 {
+            properties.push(Property::sometimes(
+                "one controller is ready for members another has not declared",
+                |_, s: &State| {
+                    s.replicas.iter().any(|rep| {
+                        rep.up
+                            && rep.ctls[0].ready.is_some_and(|set| set != rep.joint.1)
+                            && rep.ctls[1].ready != rep.ctls[0].ready
+                    })
+                },
+            ));
+        }
+        properties
     }
 }
 
@@ -1160,10 +1288,14 @@ impl ShardModel {
         for r in replicas.iter_mut().take(self.up) {
             r.up = true;
         }
+        let mut pending = [0; MAX_C];
+        for p in &mut pending[..self.c] {
+            *p = self.keys();
+        }
         let mut state = State {
             leases: [Lease::default(); MAX_N],
             replicas,
-            pending: self.keys(),
+            pending,
             events: self.events,
             changes: self.changes,
         };
@@ -1177,19 +1309,27 @@ impl ShardModel {
                         stale: 0,
                     },
                     Action::Publish(r),
-                    Action::Observe(r),
                 ] {
-                    if action != Action::Observe(r) || state.replicas[r as usize].unseen {
-                        state = self.next_state(&state, action).unwrap();
+                    state = self.next_state(&state, action).unwrap();
+                }
+                for c in 0..self.c {
+                    if state.replicas[r as usize].ctls[c].unseen {
+                        let observe = Action::Observe {
+                            replica: r,
+                            ctl: c as u8,
+                        };
+                        state = self.next_state(&state, observe).unwrap();
                     }
                 }
             }
             if state == before {
                 for (r, rep) in state.replicas.iter_mut().enumerate() {
-                    let view = rep.view.view(r as u8);
-                    rep.queued = keys_of(self.keys())
-                        .filter(|&k| view.owns(k))
-                        .fold(0, |m, k| m | (1 << k));
+                    for ctl in &mut rep.ctls[..self.c] {
+                        let view = ctl.view.view(r as u8);
+                        ctl.queued = keys_of(self.keys())
+                            .filter(|&k| view.owns(k))
+                            .fold(0, |m, k| m | (1 << k));
+                    }
                 }
                 return state;
             }
@@ -1270,25 +1410,31 @@ impl ShardModel {
         let view = View::read(r as u8, live, snap.counts_itself, &rep.acks(), None);
         rep.published = CView::of(&view);
         rep.published_age = rep.confirmed;
-        rep.unseen = true;
+        for ctl in &mut rep.ctls[..self.c] {
+            ctl.unseen = true;
+        }
         rep.task = self.after_read();
         // Each reconcile's fence follows the latest published view.
         if rep.published_age == 2 && self.mutant != Mutant::NoFence {
             self.cancel(s, r);
         }
         if !self.lag {
-            self.reshard(s, r);
+            for c in 0..self.c {
+                self.reshard(s, r, c);
+            }
         }
     }
 }
 
-/// A key on two replicas at once, if any.
+/// A key one controller runs on two replicas at once, if any.
 fn overlap(s: &State) -> Option<(u8, usize, usize)> {
-    for a in 0..MAX_N {
-        for b in a + 1..MAX_N {
-            let both = s.replicas[a].running & s.replicas[b].running;
-            if both != 0 {
-                return Some((both.trailing_zeros() as u8, a, b));
+    for c in 0..MAX_C {
+        for a in 0..MAX_N {
+            for b in a + 1..MAX_N {
+                let both = s.replicas[a].ctls[c].running & s.replicas[b].ctls[c].running;
+                if both != 0 {
+                    return Some((both.trailing_zeros() as u8, a, b));
+                }
             }
         }
     }
@@ -1338,25 +1484,27 @@ impl fmt::Debug for Replica {
         )?;
         writeln!(
             f,
-            "      published (age {}{}): {:?}",
-            self.published_age,
-            if self.unseen { ", unseen" } else { "" },
-            self.published
+            "      published (age {}): {:?}",
+            self.published_age, self.published
         )?;
-        writeln!(
-            f,
-            "      controller view (age {}): {:?}",
-            self.view_age, self.view
-        )?;
-        write!(
-            f,
-            "      declared #{} {:?}; queued {:?} parked {:?} running {:?}",
-            self.declared.0,
-            self.declared.1,
-            keys(self.queued),
-            keys(self.parked),
-            keys(self.running)
-        )
+        write!(f, "      declared #{} {:?}", self.joint.0, self.joint.1)?;
+        for (c, ctl) in self.ctls.iter().enumerate() {
+            if ctl.view_age == 2 && ctl.ready.is_none() && ctl.queued | ctl.running == 0 {
+                continue;
+            }
+            write!(
+                f,
+                "\n      controller {c} view (age {}{}): {:?}\n        ready for {:?}; queued {:?} parked {:?} running {:?}",
+                ctl.view_age,
+                if ctl.unseen { ", unseen" } else { "" },
+                ctl.view,
+                ctl.ready,
+                keys(ctl.queued),
+                keys(ctl.parked),
+                keys(ctl.running)
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -1380,7 +1528,10 @@ impl fmt::Debug for State {
         writeln!(
             f,
             "pending changes {:?}, events left {}, changes left {}",
-            keys_of(self.pending).collect::<Vec<_>>(),
+            self.pending
+                .iter()
+                .map(|p| keys_of(*p).collect::<Vec<_>>())
+                .collect::<Vec<_>>(),
             self.events,
             self.changes
         )?;
@@ -1447,7 +1598,7 @@ fn fingerprint(state: &State) -> u64 {
 /// Liveness (see the module docs): the whole graph, then every state must
 /// reach a state with no pending change through fault-free steps.
 fn done(state: &State) -> bool {
-    (state.pending == 0 && state.replicas.iter().all(|r| r.running == 0))
+    (state.pending == [0; MAX_C] && state.replicas.iter().all(|r| r.running() == 0))
         || !state.replicas.iter().any(|r| r.up)
 }
 
@@ -1462,7 +1613,7 @@ fn check_liveness(model: &ShardModel) -> usize {
     let mut edges: Vec<(u32, u32)> = Vec::new();
     let mut queue = VecDeque::new();
     ids.insert(fingerprint(&init), 0);
-    parent.push((0, Action::Observe(0)));
+    parent.push((0, Action::Tick(0)));
     done.push(self::done(&init));
     queue.push_back((init, 0u32));
     let mut actions = Vec::new();
@@ -1537,10 +1688,10 @@ fn check_liveness(model: &ShardModel) -> usize {
 fn check(model: ShardModel) {
     println!(
         "keys: {:?}",
-        &ring().keys[..model.k]
+        &ring().keys[model.skip..model.skip + model.k]
             .iter()
             .enumerate()
-            .map(|(k, name)| format!("{k}={name}"))
+            .map(|(k, name)| format!("{}={name}", k + model.skip))
             .collect::<Vec<_>>()
     );
     let safe = check_safety(&model);
@@ -1607,6 +1758,33 @@ fn two_events() {
     check(model);
 }
 
+/// Two controllers on each replica's membership (a manager's, with the
+/// joint acknowledgement of `shard/joint.rs`): one replica up, a second
+/// joins or one event of another kind, one change; each controller takes a
+/// view as it is published.
+#[test]
+fn two_controllers_on_one_membership() {
+    let mut model = ShardModel::new(2, 1, 2, 1, 1);
+    model.c = 2;
+    model.lag = false;
+    check(model);
+}
+
+/// Two controllers that take each view in steps of their own, so one acts
+/// on a newer view than the other: a replica joins. Larger: `-- --ignored`,
+/// best with `--release`.
+#[test]
+#[ignore]
+fn two_controllers_lagging_apart() {
+    let mut model = ShardModel::new(2, 1, 1, 1, 0);
+    // Key 1, which the joining replica takes.
+    model.skip = 1;
+    model.c = 2;
+    model.kinds = START;
+    model.deletions = false;
+    check(model);
+}
+
 /// The first overlap the checker finds in `model`, as a trace.
 fn violation(model: &ShardModel) -> Option<String> {
     let checker = model
@@ -1629,6 +1807,11 @@ fn violation(model: &ShardModel) -> Option<String> {
 fn mutant(mutant: Mutant) -> String {
     let mut model = ShardModel::new(2, 2, 2, 1, 1);
     model.mutant = mutant;
+    mutant_of(model)
+}
+
+fn mutant_of(model: ShardModel) -> String {
+    let mutant = model.mutant;
     let found = violation(&model).unwrap_or_else(|| panic!("{mutant:?}: no overlap found"));
     println!("{found}");
     found
@@ -1665,7 +1848,8 @@ fn the_race(mutant: Mutant) -> State {
         taken.push(action);
         *state = model.next_state(state, action).unwrap();
     };
-    let round = |r: u8, stale: u8| [Renew(r), List { replica: r, stale }, Publish(r), Observe(r)];
+    let observe = |replica: u8| Observe { replica, ctl: 0 };
+    let round = |r: u8, stale: u8| [Renew(r), List { replica: r, stale }, Publish(r), observe(r)];
     // B is cut off, its renewals run out; A sees its Lease unchanged,
     // expires it and takes key 1 once it acknowledged {A}.
     for action in [Cut(b), Tick(b), Tick(b)] {
@@ -1678,7 +1862,14 @@ fn the_race(mutant: Mutant) -> State {
     {
         step(&mut state, action);
     }
-    step(&mut state, HandOut { replica: a, key: k });
+    step(
+        &mut state,
+        HandOut {
+            replica: a,
+            ctl: 0,
+            key: k,
+        },
+    );
     // B is back: its stale renewal fails, it reads (not a member yet),
     // renews, sees itself and A, and acknowledges {A, B}.
     step(&mut state, Reconnect(b));
@@ -1694,7 +1885,7 @@ fn the_race(mutant: Mutant) -> State {
             stale: 0,
         },
         Publish(a),
-        Observe(a),
+        observe(a),
     ] {
         step(&mut state, action);
     }
@@ -1715,11 +1906,23 @@ fn the_race(mutant: Mutant) -> State {
     }
     // The reconcile ends: the controller declares V3's members; the task
     // writes them. Then the controller takes V4.
-    for action in [Finish { replica: a, key: k }, Renew(a), Observe(a)] {
+    let finish = Finish {
+        replica: a,
+        ctl: 0,
+        key: k,
+    };
+    for action in [finish, Renew(a), observe(a)] {
         step(&mut state, action);
     }
-    if state.replicas[a as usize].queued & (1 << k) != 0 {
-        step(&mut state, HandOut { replica: a, key: k });
+    if state.replicas[a as usize].ctls[0].queued & (1 << k) != 0 {
+        step(
+            &mut state,
+            HandOut {
+                replica: a,
+                ctl: 0,
+                key: k,
+            },
+        );
     }
     // B comes back and takes key 1 by the acknowledgements it reads.
     step(&mut state, Reconnect(b));
@@ -1730,7 +1933,7 @@ fn the_race(mutant: Mutant) -> State {
                 stale: 0,
             },
             Publish(b),
-            Observe(b),
+            observe(b),
         ] {
             step(&mut state, action);
         }
@@ -1742,8 +1945,15 @@ fn the_race(mutant: Mutant) -> State {
     {
         step(&mut state, action);
     }
-    if state.replicas[b as usize].queued & (1 << k) != 0 {
-        step(&mut state, HandOut { replica: b, key: k });
+    if state.replicas[b as usize].ctls[0].queued & (1 << k) != 0 {
+        step(
+            &mut state,
+            HandOut {
+                replica: b,
+                ctl: 0,
+                key: k,
+            },
+        );
     }
     println!("{mutant:?}: after {taken:?}\n{state:?}");
     state
@@ -1757,8 +1967,8 @@ fn the_race_of_a_declaration_written_after_the_view_was_read() {
     // With it, A parks key 1 and only B runs it.
     let state = the_race(Mutant::None);
     assert_eq!(overlap(&state), None);
-    assert_eq!(state.replicas[0].parked, 0b10);
-    assert_eq!(state.replicas[1].running, 0b10);
+    assert_eq!(state.replicas[0].ctls[0].parked, 0b10);
+    assert_eq!(state.replicas[1].ctls[0].running, 0b10);
 }
 
 #[test]
@@ -1766,9 +1976,20 @@ fn mutant_without_fencing() {
     mutant(Mutant::NoFence);
 }
 
+/// A joint that declares what one controller is ready for, without the
+/// others: a key one controller still runs moves.
+#[test]
+fn mutant_joint_of_the_first_ready_controller() {
+    let mut model = ShardModel::new(2, 1, 2, 1, 1);
+    model.c = 2;
+    model.lag = false;
+    model.mutant = Mutant::FirstReady;
+    mutant_of(model);
+}
+
 /// Counts the states of one configuration for at most two minutes, to
-/// size a new check: `SHARD_PROBE=n,up,k,events,changes,kinds,lag,deletions`
-/// (for example `2,2,2,1,1,127,1,1`) with `-- --ignored probe --nocapture`.
+/// size a new check: `SHARD_PROBE=n,up,k,events,changes,kinds,lag,deletions[,controllers]`
+/// (for example `2,2,2,1,1,127,1,1,2`) with `-- --ignored probe --nocapture`.
 #[test]
 #[ignore]
 fn probe() {
@@ -1780,6 +2001,7 @@ fn probe() {
     model.kinds = spec[5] as u8;
     model.lag = spec[6] == 1;
     model.deletions = spec[7] == 1;
+    model.c = spec.get(8).copied().unwrap_or(1);
     let started = Instant::now();
     let mut seen = std::collections::HashSet::new();
     let mut queue = VecDeque::new();

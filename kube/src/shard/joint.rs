@@ -20,9 +20,12 @@
 //!
 //! # Why one controller's argument still holds
 //!
-//! The model check (`tests/shard_model.rs`) explores the protocol with one
-//! controller per replica. A joint adds no case of its own, because each
-//! controller keeps the invariant the single-controller protocol rests on:
+//! The model check (`tests/shard_model.rs`) explores the protocol with a
+//! joint of two controllers per replica too (each taking views in steps of
+//! its own), and finds a key on two replicas at once if the joint declares
+//! what one controller alone is ready for. The argument, for any number of
+//! controllers: a joint adds no case of its own, because each controller
+//! keeps the invariant the single-controller protocol rests on:
 //! *whenever the replica's latest declaration is `S`, the controller runs
 //! nothing that `S` gives to someone else.*
 //!
