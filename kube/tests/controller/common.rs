@@ -182,6 +182,20 @@ impl<T> Feeder<T> {
     pub fn close(self) {}
 }
 
+/// A controller on a watch the test feeds by hand (`feed`), with a store
+/// of its own.
+pub fn fed() -> (
+    Feeder<ConfigMap>,
+    tokio_workqueue_kube::Controller<ConfigMap>,
+) {
+    let (feed, events) = feeder();
+    let controller = tokio_workqueue_kube::Controller::for_events(
+        events,
+        kube_runtime::reflector::store::Writer::default(),
+    );
+    (feed, controller)
+}
+
 /// Sends items to a stream given to `for_stream`, `owns_stream`,
 /// `watches_stream`, `reconcile_on` or `reconcile_all_on`.
 pub struct Sender<T>(UnboundedSender<T>);
@@ -635,13 +649,8 @@ pub fn names(prefix: &str, range: std::ops::Range<usize>, except: &[usize]) -> V
 /// (1 ms each, always succeeding, never requeued), recorded in `record`:
 /// the feeder for its events and the collected stream.
 pub fn one_at_a_time(record: &Record) -> (Feeder<ConfigMap>, Collected) {
-    let (feed, events) = feeder();
-    let stream = tokio_workqueue_kube::Controller::for_events(
-        events,
-        kube_runtime::reflector::store::Writer::default(),
-    )
-    .concurrency(1)
-    .run(
+    let (feed, controller) = fed();
+    let stream = controller.concurrency(1).run(
         record.reconciler(ms(1), |_, _| Ok(Action::await_change())),
         policy(Action::await_change()),
         Arc::new(()),

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube_runtime::controller::Config;
-use kube_runtime::reflector::store::Writer;
 use tokio_workqueue_kube::{Action, Controller, DEFAULT_CONCURRENCY};
 
 use crate::common::*;
@@ -20,8 +19,8 @@ async fn peak(
     ) -> Controller<k8s_openapi::api::core::v1::ConfigMap>,
 ) -> usize {
     let record = Record::new();
-    let (feed, events) = feeder();
-    let stream = controller(Controller::for_events(events, Writer::default())).run(
+    let (feed, fed) = fed();
+    let stream = controller(fed).run(
         record.reconciler(ms(10), |_, _| Ok(Action::await_change())),
         policy(Action::await_change()),
         Arc::new(()),
@@ -77,8 +76,8 @@ async fn kube_runtime_config_with_concurrency_zero_keeps_the_default() {
 #[tokio::test(start_paused = true)]
 async fn kube_runtime_config_debounce_delays_adds_and_the_first_time_wins() {
     let record = Record::new();
-    let (feed, events) = feeder();
-    let stream = Controller::for_events(events, Writer::default())
+    let (feed, controller) = fed();
+    let stream = controller
         .with_config(Config::default().debounce(ms(100)))
         .run(
             record.reconciler(Duration::ZERO, |_, _| Ok(Action::await_change())),
@@ -101,9 +100,9 @@ async fn kube_runtime_config_debounce_delays_adds_and_the_first_time_wins() {
 #[tokio::test(start_paused = true)]
 async fn partitions_reconcile_one_key_at_a_time_in_order_and_run_side_by_side() {
     let record = Record::new();
-    let (feed, events) = feeder();
+    let (feed, controller) = fed();
     let index = |name: &str| -> usize { name["obj-".len()..].parse().unwrap() };
-    let stream = Controller::for_events(events, Writer::default())
+    let stream = controller
         // Not used with partitions (documented).
         .concurrency(1)
         .partition_by(4, move |key| index(&key.name))

@@ -15,10 +15,9 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube_client::{Api, Client, Resource};
 use kube_runtime::controller::{Action, Config};
 use kube_runtime::reflector::ObjectRef;
-use kube_runtime::reflector::store::Writer;
 use kube_runtime::watcher;
 
-use crate::common::{cm, feeder, within_a_day};
+use crate::common::{cm, fed, within_a_day};
 
 // ---- What a kube-runtime user has written, unchanged. ----
 
@@ -125,9 +124,9 @@ async fn the_same_code_runs_on_this_crates_controller() {
     let ctx = Arc::new(Ctx {
         reconciles: AtomicUsize::new(0),
     });
-    let (feed, events) = feeder();
+    let (feed, controller) = fed();
     let (stop, stopped) = futures::channel::oneshot::channel::<()>();
-    let stream = tokio_workqueue_kube::Controller::for_events(events, Writer::default())
+    let stream = controller
         .with_config(Config::default().concurrency(1))
         .graceful_shutdown_on(async move {
             let _ = stopped.await;
@@ -152,12 +151,8 @@ async fn a_success_whose_requeue_is_refused_is_still_reported_as_a_success() {
     let ctx = Arc::new(Ctx {
         reconciles: AtomicUsize::new(0),
     });
-    let (feed, events) = feeder();
-    let stream = tokio_workqueue_kube::Controller::for_events(events, Writer::default()).run(
-        reconcile,
-        error_policy,
-        ctx.clone(),
-    );
+    let (feed, controller) = fed();
+    let stream = controller.run(reconcile, error_policy, ctx.clone());
     feed.list([cm("a", "1")]);
     feed.close();
     let (ok, failed) = within_a_day(consume(stream)).await;

@@ -7,9 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube_runtime::reflector::store::Writer;
 use tokio_workqueue::{Builder, ExponentialBackoff, WorkQueue};
-use tokio_workqueue_kube::{Action, Controller};
+use tokio_workqueue_kube::Action;
 
 use crate::common::*;
 
@@ -36,19 +35,17 @@ fn others_once(record: &Record, run: &Collected) {
 #[tokio::test(start_paused = true)]
 async fn a_panic_in_the_reconcile_future_is_an_error_for_that_key_only() {
     let record = Record::new();
-    let (feed, events) = feeder();
-    let stream = Controller::for_events(events, Writer::default())
-        .queue(backoff(ms(100)))
-        .run(
-            record.reconciler(ms(10), |name, attempt| {
-                if name == "bad" && attempt < 3 {
-                    panic!("boom {attempt}");
-                }
-                Ok(Action::await_change())
-            }),
-            policy(Action::await_change()),
-            Arc::new(()),
-        );
+    let (feed, controller) = fed();
+    let stream = controller.queue(backoff(ms(100))).run(
+        record.reconciler(ms(10), |name, attempt| {
+            if name == "bad" && attempt < 3 {
+                panic!("boom {attempt}");
+            }
+            Ok(Action::await_change())
+        }),
+        policy(Action::await_change()),
+        Arc::new(()),
+    );
     let run = Collected::spawn(&record, stream);
     feed.list(["a", "bad", "b", "c"].map(|n| cm(n, "1")));
     advance(HOUR).await;
@@ -81,7 +78,7 @@ async fn a_panic_in_the_reconcile_future_is_an_error_for_that_key_only() {
 #[tokio::test(start_paused = true)]
 async fn a_panic_while_making_the_future_is_an_error_for_that_key_only() {
     let record = Record::new();
-    let (feed, events) = feeder();
+    let (feed, controller) = fed();
     let mut inner = record.reconciler(ms(10), |_, _| Ok(Action::await_change()));
     let panics = AtomicUsize::new(0);
     let reconciler = move |object: Arc<ConfigMap>, ctx: Arc<()>| {
@@ -90,9 +87,11 @@ async fn a_panic_while_making_the_future_is_an_error_for_that_key_only() {
         }
         inner(object, ctx)
     };
-    let stream = Controller::for_events(events, Writer::default())
-        .queue(backoff(ms(100)))
-        .run(reconciler, policy(Action::await_change()), Arc::new(()));
+    let stream = controller.queue(backoff(ms(100))).run(
+        reconciler,
+        policy(Action::await_change()),
+        Arc::new(()),
+    );
     let run = Collected::spawn(&record, stream);
     feed.list(["a", "bad", "b", "c"].map(|n| cm(n, "1")));
     advance(HOUR).await;
@@ -119,8 +118,8 @@ async fn a_panic_while_making_the_future_is_an_error_for_that_key_only() {
 #[tokio::test(start_paused = true)]
 async fn a_reconcile_past_the_timeout_is_cancelled_reported_and_requeued() {
     let record = Record::new();
-    let (feed, events) = feeder();
-    let stream = Controller::for_events(events, Writer::default())
+    let (feed, controller) = fed();
+    let stream = controller
         .queue(backoff(ms(100)))
         .reconcile_timeout(ms(50))
         .run(
@@ -171,23 +170,21 @@ async fn a_reconcile_past_the_timeout_is_cancelled_reported_and_requeued() {
 #[tokio::test(start_paused = true)]
 async fn a_zero_timeout_only_lets_reconciles_that_finish_at_once_through() {
     let record = Record::new();
-    let (feed, events) = feeder();
-    let stream = Controller::for_events(events, Writer::default())
-        .reconcile_timeout(Duration::ZERO)
-        .run(
-            record.reconciler_with(
-                |name, _| {
-                    if name == "instant" {
-                        Duration::ZERO
-                    } else {
-                        ms(1)
-                    }
-                },
-                |_, _| Ok(Action::await_change()),
-            ),
-            policy(Action::await_change()),
-            Arc::new(()),
-        );
+    let (feed, controller) = fed();
+    let stream = controller.reconcile_timeout(Duration::ZERO).run(
+        record.reconciler_with(
+            |name, _| {
+                if name == "instant" {
+                    Duration::ZERO
+                } else {
+                    ms(1)
+                }
+            },
+            |_, _| Ok(Action::await_change()),
+        ),
+        policy(Action::await_change()),
+        Arc::new(()),
+    );
     let run = Collected::spawn(&record, stream);
     feed.list([cm("instant", "1"), cm("waits", "1")]);
     advance(ms(2)).await;
@@ -205,8 +202,8 @@ async fn a_zero_timeout_only_lets_reconciles_that_finish_at_once_through() {
 #[tokio::test(start_paused = true)]
 async fn a_watcher_error_is_reported_and_the_controller_goes_on() {
     let record = Record::new();
-    let (feed, events) = feeder();
-    let stream = Controller::for_events(events, Writer::default()).run(
+    let (feed, controller) = fed();
+    let stream = controller.run(
         record.reconciler(ms(1), |_, _| Ok(Action::await_change())),
         policy(Action::await_change()),
         Arc::new(()),

@@ -8,12 +8,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::channel::oneshot;
-use kube_runtime::reflector::store::Writer;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::registry::Registry;
 use tokio_workqueue::{ExponentialBackoff, WorkQueue};
+use tokio_workqueue_kube::Action;
 use tokio_workqueue_kube::metrics::{ControllerMetrics, PrometheusMetrics};
-use tokio_workqueue_kube::{Action, Controller};
 
 use crate::common::*;
 
@@ -50,9 +49,9 @@ async fn run_once(
     queue_metrics.register(&mut registry);
 
     let record = Record::new();
-    let (feed, events) = feeder();
+    let (feed, controller) = fed();
     let (stop, stopped) = oneshot::channel::<()>();
-    let mut controller = Controller::for_events(events, Writer::default())
+    let mut controller = controller
         .concurrency(3)
         .reconcile_timeout(ms(50))
         .queue(

@@ -9,8 +9,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube_runtime::reflector::store::Writer;
-use tokio_workqueue_kube::{Action, Controller};
+use tokio_workqueue_kube::Action;
 
 use crate::common::*;
 
@@ -21,10 +20,10 @@ fn done(_: &str, _: usize) -> Answer {
 #[tokio::test(start_paused = true)]
 async fn children_trigger_their_owners_of_this_kind_only() {
     let record = Record::new();
-    let (feed, events) = feeder();
+    let (feed, controller) = fed();
     let (secrets, secret_stream) = sender();
     let (configmaps, configmap_stream) = sender();
-    let stream = Controller::for_events(events, Writer::default())
+    let stream = controller
         .owns_stream::<Secret>(secret_stream)
         .owns_stream::<ConfigMap>(configmap_stream)
         .run(
@@ -74,9 +73,9 @@ async fn children_trigger_their_owners_of_this_kind_only() {
 #[tokio::test(start_paused = true)]
 async fn a_mapper_picks_the_keys() {
     let record = Record::new();
-    let (feed, events) = feeder();
+    let (feed, controller) = fed();
     let (secrets, secret_stream) = sender();
-    let stream = Controller::for_events(events, Writer::default())
+    let stream = controller
         .watches_stream(secret_stream, |secret: Secret| {
             secret
                 .metadata
@@ -110,9 +109,9 @@ async fn a_mapper_picks_the_keys() {
 #[tokio::test(start_paused = true)]
 async fn children_first_seen_before_the_store_is_ready_are_low_priority() {
     let record = Record::new();
-    let (feed, events) = feeder();
+    let (feed, controller) = fed();
     let (secrets, secret_stream) = sender();
-    let stream = Controller::for_events(events, Writer::default())
+    let stream = controller
         .concurrency(1)
         .owns_stream::<Secret>(secret_stream)
         .run(

@@ -5,7 +5,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube_runtime::reflector::store::Writer;
 use tokio_workqueue_kube::{Action, Controller};
 
 use crate::common::*;
@@ -100,16 +99,13 @@ async fn a_relist_is_low_priority_and_changes_still_go_first() {
 #[tokio::test(start_paused = true)]
 async fn reconcile_all_on_is_low_priority() {
     let record = Record::new();
-    let (feed, events) = feeder();
+    let (feed, controller) = fed();
     let (resync, resyncs) = sender::<()>();
-    let stream = Controller::for_events(events, Writer::default())
-        .concurrency(1)
-        .reconcile_all_on(resyncs)
-        .run(
-            record.reconciler(ms(1), done),
-            policy(Action::await_change()),
-            Arc::new(()),
-        );
+    let stream = controller.concurrency(1).reconcile_all_on(resyncs).run(
+        record.reconciler(ms(1), done),
+        policy(Action::await_change()),
+        Arc::new(()),
+    );
     let _run = Collected::spawn(&record, stream);
 
     feed.list(cms("obj", 50));
@@ -143,16 +139,13 @@ async fn reconcile_all_on_is_low_priority() {
 #[tokio::test(start_paused = true)]
 async fn reconcile_on_is_normal_priority() {
     let record = Record::new();
-    let (feed, events) = feeder();
+    let (feed, controller) = fed();
     let (requests, requested) = sender();
-    let stream = Controller::for_events(events, Writer::default())
-        .concurrency(1)
-        .reconcile_on(requested)
-        .run(
-            record.reconciler(ms(1), done),
-            policy(Action::await_change()),
-            Arc::new(()),
-        );
+    let stream = controller.concurrency(1).reconcile_on(requested).run(
+        record.reconciler(ms(1), done),
+        policy(Action::await_change()),
+        Arc::new(()),
+    );
     let _run = Collected::spawn(&record, stream);
 
     feed.list(cms("obj", 100));
@@ -169,14 +162,12 @@ async fn reconcile_on_is_normal_priority() {
 #[tokio::test(start_paused = true)]
 async fn fifo_within_a_priority_while_every_worker_is_busy() {
     let record = Record::new();
-    let (feed, events) = feeder();
-    let stream = Controller::for_events(events, Writer::default())
-        .concurrency(3)
-        .run(
-            record.reconciler(ms(10), done),
-            policy(Action::await_change()),
-            Arc::new(()),
-        );
+    let (feed, controller) = fed();
+    let stream = controller.concurrency(3).run(
+        record.reconciler(ms(10), done),
+        policy(Action::await_change()),
+        Arc::new(()),
+    );
     let _run = Collected::spawn(&record, stream);
 
     // Neither sorted by name nor by anything the queue could sort by.
@@ -211,14 +202,12 @@ async fn fifo_within_a_priority_while_every_worker_is_busy() {
 #[tokio::test(start_paused = true)]
 async fn never_one_key_twice_at_once_through_a_burst_of_changes() {
     let record = Record::new();
-    let (feed, events) = feeder();
-    let stream = Controller::for_events(events, Writer::default())
-        .concurrency(8)
-        .run(
-            record.reconciler(ms(10), done),
-            policy(Action::await_change()),
-            Arc::new(()),
-        );
+    let (feed, controller) = fed();
+    let stream = controller.concurrency(8).run(
+        record.reconciler(ms(10), done),
+        policy(Action::await_change()),
+        Arc::new(()),
+    );
     let _run = Collected::spawn(&record, stream);
 
     feed.list(cms("obj", 5));
@@ -248,14 +237,12 @@ async fn never_one_key_twice_at_once_through_a_burst_of_changes() {
 #[tokio::test(start_paused = true)]
 async fn a_key_changed_while_reconciling_is_reconciled_again_after() {
     let record = Record::new();
-    let (feed, events) = feeder();
-    let stream = Controller::for_events(events, Writer::default())
-        .concurrency(4)
-        .run(
-            record.reconciler(ms(10), done),
-            policy(Action::await_change()),
-            Arc::new(()),
-        );
+    let (feed, controller) = fed();
+    let stream = controller.concurrency(4).run(
+        record.reconciler(ms(10), done),
+        policy(Action::await_change()),
+        Arc::new(()),
+    );
     let _run = Collected::spawn(&record, stream);
 
     feed.list([cm("a", "1")]);
@@ -299,8 +286,8 @@ async fn a_retry_keeps_the_priority_its_key_was_handed_out_with() {
     // backlog of listed keys, the listed one's retry waits behind the
     // backlog, the changed one's overtakes it.
     let record = Record::new();
-    let (feed, events) = feeder();
-    let stream = Controller::for_events(events, Writer::default())
+    let (feed, controller) = fed();
+    let stream = controller
         .concurrency(1)
         .queue(tokio_workqueue::WorkQueue::builder().rate_limiter(
             tokio_workqueue::ExponentialBackoff::new(ms(50), Duration::from_secs(1)).unwrap(),
@@ -415,30 +402,28 @@ async fn a_reconciler_chooses_the_priority_of_its_retry() {
     // once. Its retry, 5 ms of backoff later, is chosen urgent (10): it
     // overtakes the rest of the list instead of queueing behind it.
     for (chosen, expect_last) in [(Some(10), false), (None, true)] {
-        let (feed, events) = feeder();
+        let (feed, controller) = fed();
         let order = Arc::new(Mutex::new(Vec::<String>::new()));
-        let stream = Controller::for_events(events, Writer::default())
-            .concurrency(1)
-            .run(
-                move |cm: Arc<ConfigMap>, order: Arc<Mutex<Vec<String>>>| async move {
-                    let name = cm.metadata.name.clone().unwrap();
-                    tokio::time::sleep(ms(1)).await;
-                    let first = {
-                        let mut order = order.lock().unwrap();
-                        order.push(name.clone());
-                        order.iter().filter(|n| **n == name).count() == 1
-                    };
-                    if name == "obj-000" && first {
-                        if let Some(p) = chosen {
-                            assert!(set_requeue_priority(p));
-                        }
-                        return fail("once");
+        let stream = controller.concurrency(1).run(
+            move |cm: Arc<ConfigMap>, order: Arc<Mutex<Vec<String>>>| async move {
+                let name = cm.metadata.name.clone().unwrap();
+                tokio::time::sleep(ms(1)).await;
+                let first = {
+                    let mut order = order.lock().unwrap();
+                    order.push(name.clone());
+                    order.iter().filter(|n| **n == name).count() == 1
+                };
+                if name == "obj-000" && first {
+                    if let Some(p) = chosen {
+                        assert!(set_requeue_priority(p));
                     }
-                    Ok(Action::await_change())
-                },
-                policy(Action::requeue(ms(1))),
-                order.clone(),
-            );
+                    return fail("once");
+                }
+                Ok(Action::await_change())
+            },
+            policy(Action::requeue(ms(1))),
+            order.clone(),
+        );
         let record = Record::new();
         let _run = Collected::spawn(&record, stream);
         feed.list(cms("obj", 20));

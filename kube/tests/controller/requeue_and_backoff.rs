@@ -6,9 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube_runtime::reflector::store::Writer;
 use tokio_workqueue::{Builder, ExponentialBackoff, WorkQueue};
-use tokio_workqueue_kube::{Action, Controller};
+use tokio_workqueue_kube::Action;
 
 use crate::common::*;
 
@@ -27,8 +26,8 @@ fn backoff(base: Duration) -> Builder<Key> {
 #[tokio::test(start_paused = true)]
 async fn requeue_comes_back_after_exactly_its_delay() {
     let record = Record::new();
-    let (feed, events) = feeder();
-    let stream = Controller::for_events(events, Writer::default()).run(
+    let (feed, controller) = fed();
+    let stream = controller.run(
         record.reconciler(Duration::ZERO, |_, attempt| match attempt {
             1 => Ok(Action::requeue(secs(5))),
             2 => Ok(Action::requeue(ms(250))),
@@ -55,8 +54,8 @@ async fn requeue_comes_back_after_exactly_its_delay() {
 #[tokio::test(start_paused = true)]
 async fn await_change_does_not_come_back() {
     let record = Record::new();
-    let (feed, events) = feeder();
-    let stream = Controller::for_events(events, Writer::default()).run(
+    let (feed, controller) = fed();
+    let stream = controller.run(
         record.reconciler(ms(3), |_, _| Ok(Action::await_change())),
         policy(Action::requeue(ms(1))),
         Arc::new(()),
@@ -74,8 +73,8 @@ async fn await_change_does_not_come_back() {
 #[tokio::test(start_paused = true)]
 async fn a_change_before_the_requeue_reconciles_at_once_and_the_earlier_time_wins() {
     let record = Record::new();
-    let (feed, events) = feeder();
-    let stream = Controller::for_events(events, Writer::default()).run(
+    let (feed, controller) = fed();
+    let stream = controller.run(
         record.reconciler(Duration::ZERO, |_, attempt| match attempt {
             1 => Ok(Action::requeue(secs(10))),
             _ => Ok(Action::await_change()),
@@ -99,8 +98,8 @@ async fn a_requeue_folds_into_a_change_that_came_during_the_reconcile() {
     // reconcile follows 1 s later; the second reconcile's hour counts from
     // its own end.
     let record = Record::new();
-    let (feed, events) = feeder();
-    let stream = Controller::for_events(events, Writer::default()).run(
+    let (feed, controller) = fed();
+    let stream = controller.run(
         record.reconciler(ms(100), |_, attempt| match attempt {
             1 => Ok(Action::requeue(secs(1))),
             2 => Ok(Action::requeue(HOUR)),
@@ -127,20 +126,18 @@ async fn a_requeue_folds_into_a_change_that_came_during_the_reconcile() {
 #[tokio::test(start_paused = true)]
 async fn errors_back_off_per_key_even_when_the_policy_says_one_millisecond() {
     let record = Record::new();
-    let (feed, events) = feeder();
-    let stream = Controller::for_events(events, Writer::default())
-        .queue(backoff(ms(100)))
-        .run(
-            record.reconciler(Duration::ZERO, |name, attempt| {
-                if name == "bad" && attempt < 5 {
-                    fail(&format!("attempt {attempt}"))
-                } else {
-                    Ok(Action::await_change())
-                }
-            }),
-            policy(Action::requeue(ms(1))),
-            Arc::new(()),
-        );
+    let (feed, controller) = fed();
+    let stream = controller.queue(backoff(ms(100))).run(
+        record.reconciler(Duration::ZERO, |name, attempt| {
+            if name == "bad" && attempt < 5 {
+                fail(&format!("attempt {attempt}"))
+            } else {
+                Ok(Action::await_change())
+            }
+        }),
+        policy(Action::requeue(ms(1))),
+        Arc::new(()),
+    );
     let run = Collected::spawn(&record, stream);
     feed.list([cm("bad", "1"), cm("good", "1")]);
     advance(HOUR).await;
@@ -166,20 +163,18 @@ async fn errors_back_off_per_key_even_when_the_policy_says_one_millisecond() {
 #[tokio::test(start_paused = true)]
 async fn the_larger_of_the_policy_delay_and_the_backoff_wins() {
     let record = Record::new();
-    let (feed, events) = feeder();
-    let stream = Controller::for_events(events, Writer::default())
-        .queue(backoff(ms(100)))
-        .run(
-            record.reconciler(Duration::ZERO, |_, attempt| {
-                if attempt < 6 {
-                    fail("again")
-                } else {
-                    Ok(Action::await_change())
-                }
-            }),
-            policy(Action::requeue(ms(500))),
-            Arc::new(()),
-        );
+    let (feed, controller) = fed();
+    let stream = controller.queue(backoff(ms(100))).run(
+        record.reconciler(Duration::ZERO, |_, attempt| {
+            if attempt < 6 {
+                fail("again")
+            } else {
+                Ok(Action::await_change())
+            }
+        }),
+        policy(Action::requeue(ms(500))),
+        Arc::new(()),
+    );
     let _run = Collected::spawn(&record, stream);
     feed.list([cm("a", "1")]);
     advance(HOUR).await;
@@ -195,18 +190,16 @@ async fn a_success_forgets_the_failures() {
     // kube-rs#1916: after a success the next failure backs off from the
     // base again.
     let record = Record::new();
-    let (feed, events) = feeder();
-    let stream = Controller::for_events(events, Writer::default())
-        .queue(backoff(ms(100)))
-        .run(
-            record.reconciler(Duration::ZERO, |_, attempt| match attempt {
-                1 | 2 | 4 => fail("failed"),
-                3 => Ok(Action::requeue(secs(1))),
-                _ => Ok(Action::await_change()),
-            }),
-            policy(Action::requeue(ms(1))),
-            Arc::new(()),
-        );
+    let (feed, controller) = fed();
+    let stream = controller.queue(backoff(ms(100))).run(
+        record.reconciler(Duration::ZERO, |_, attempt| match attempt {
+            1 | 2 | 4 => fail("failed"),
+            3 => Ok(Action::requeue(secs(1))),
+            _ => Ok(Action::await_change()),
+        }),
+        policy(Action::requeue(ms(1))),
+        Arc::new(()),
+    );
     let _run = Collected::spawn(&record, stream);
     feed.list([cm("a", "1")]);
     advance(HOUR).await;
@@ -220,14 +213,12 @@ async fn a_success_forgets_the_failures() {
 #[tokio::test(start_paused = true)]
 async fn an_error_whose_policy_awaits_a_change_is_not_requeued() {
     let record = Record::new();
-    let (feed, events) = feeder();
-    let stream = Controller::for_events(events, Writer::default())
-        .queue(backoff(ms(100)))
-        .run(
-            record.reconciler(Duration::ZERO, |_, _| fail("broken")),
-            policy(Action::await_change()),
-            Arc::new(()),
-        );
+    let (feed, controller) = fed();
+    let stream = controller.queue(backoff(ms(100))).run(
+        record.reconciler(Duration::ZERO, |_, _| fail("broken")),
+        policy(Action::await_change()),
+        Arc::new(()),
+    );
     let run = Collected::spawn(&record, stream);
     feed.list([cm("a", "1")]);
     advance(HOUR).await;
@@ -246,8 +237,8 @@ async fn an_error_whose_policy_awaits_a_change_is_not_requeued() {
 async fn errors_arrive_as_reconciler_failed_with_the_object() {
     use tokio_workqueue_kube::Error;
 
-    let (feed, events) = feeder();
-    let mut stream = Box::pin(Controller::for_events(events, Writer::default()).run(
+    let (feed, controller) = fed();
+    let mut stream = Box::pin(controller.run(
         |object: Arc<k8s_openapi::api::core::v1::ConfigMap>, _: Arc<()>| async move {
             Err::<Action, _>(TestError(name_of(&*object)))
         },

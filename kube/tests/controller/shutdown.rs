@@ -7,8 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::channel::oneshot;
-use kube_runtime::reflector::store::Writer;
-use tokio_workqueue_kube::{Action, Controller};
+use tokio_workqueue_kube::Action;
 
 use crate::common::*;
 
@@ -25,16 +24,13 @@ fn signal() -> (oneshot::Sender<()>, impl Future<Output = ()> + Send + Sync) {
 #[tokio::test(start_paused = true)]
 async fn graceful_shutdown_drains_the_queued_keys_and_takes_no_new_triggers() {
     let record = Record::new();
-    let (feed, events) = feeder();
+    let (feed, controller) = fed();
     let (stop, stopped) = signal();
-    let stream = Controller::for_events(events, Writer::default())
-        .concurrency(1)
-        .graceful_shutdown_on(stopped)
-        .run(
-            record.reconciler(ms(10), |_, _| Ok(Action::requeue(HOUR))),
-            policy(Action::await_change()),
-            Arc::new(()),
-        );
+    let stream = controller.concurrency(1).graceful_shutdown_on(stopped).run(
+        record.reconciler(ms(10), |_, _| Ok(Action::requeue(HOUR))),
+        policy(Action::await_change()),
+        Arc::new(()),
+    );
     let run = Collected::spawn(&record, stream);
     feed.list(cms("obj", 5));
     // obj-000 done (and waiting an hour for its requeue), obj-001 in flight,
@@ -74,15 +70,13 @@ async fn graceful_shutdown_drains_the_queued_keys_and_takes_no_new_triggers() {
 #[tokio::test(start_paused = true)]
 async fn graceful_shutdown_reports_an_error_whose_retry_it_refuses() {
     let record = Record::new();
-    let (feed, events) = feeder();
+    let (feed, controller) = fed();
     let (stop, stopped) = signal();
-    let stream = Controller::for_events(events, Writer::default())
-        .graceful_shutdown_on(stopped)
-        .run(
-            record.reconciler(ms(10), |_, _| fail("no")),
-            policy(Action::requeue(ms(1))),
-            Arc::new(()),
-        );
+    let stream = controller.graceful_shutdown_on(stopped).run(
+        record.reconciler(ms(10), |_, _| fail("no")),
+        policy(Action::requeue(ms(1))),
+        Arc::new(()),
+    );
     let run = Collected::spawn(&record, stream);
     feed.list([cm("a", "1")]);
     advance(ms(5)).await;
@@ -97,25 +91,22 @@ async fn graceful_shutdown_reports_an_error_whose_retry_it_refuses() {
 #[tokio::test(start_paused = true)]
 async fn shutdown_finishes_what_is_in_flight_and_drops_the_queue() {
     let record = Record::new();
-    let (feed, events) = feeder();
+    let (feed, controller) = fed();
     let (stop, stopped) = signal();
-    let stream = Controller::for_events(events, Writer::default())
-        .concurrency(2)
-        .shutdown_on(stopped)
-        .run(
-            record.reconciler_with(
-                |name, _| if name == "obj-002" { ms(30) } else { ms(10) },
-                |name, _| {
-                    if name == "obj-003" {
-                        Ok(Action::requeue(ms(1)))
-                    } else {
-                        Ok(Action::await_change())
-                    }
-                },
-            ),
-            policy(Action::await_change()),
-            Arc::new(()),
-        );
+    let stream = controller.concurrency(2).shutdown_on(stopped).run(
+        record.reconciler_with(
+            |name, _| if name == "obj-002" { ms(30) } else { ms(10) },
+            |name, _| {
+                if name == "obj-003" {
+                    Ok(Action::requeue(ms(1)))
+                } else {
+                    Ok(Action::await_change())
+                }
+            },
+        ),
+        policy(Action::await_change()),
+        Arc::new(()),
+    );
     let run = Collected::spawn(&record, stream);
     feed.list(cms("obj", 10));
     // 000 and 001 done; 002 (until 40 ms) and 003 (until 20 ms) in flight.
@@ -158,16 +149,13 @@ async fn shutdown_finishes_what_is_in_flight_and_drops_the_queue() {
 #[tokio::test(start_paused = true)]
 async fn the_stream_drains_and_ends_when_every_trigger_stream_ended() {
     let record = Record::new();
-    let (feed, events) = feeder();
+    let (feed, controller) = fed();
     let (requests, requested) = sender();
-    let stream = Controller::for_events(events, Writer::default())
-        .concurrency(1)
-        .reconcile_on(requested)
-        .run(
-            record.reconciler(ms(10), |_, _| Ok(Action::await_change())),
-            policy(Action::await_change()),
-            Arc::new(()),
-        );
+    let stream = controller.concurrency(1).reconcile_on(requested).run(
+        record.reconciler(ms(10), |_, _| Ok(Action::await_change())),
+        policy(Action::await_change()),
+        Arc::new(()),
+    );
     let run = Collected::spawn(&record, stream);
     feed.list(cms("obj", 5));
     feed.close();
@@ -189,14 +177,12 @@ async fn the_stream_drains_and_ends_when_every_trigger_stream_ended() {
 #[tokio::test(start_paused = true)]
 async fn a_list_then_the_end_of_the_watch_reconciles_the_whole_list() {
     let record = Record::new();
-    let (feed, events) = feeder();
-    let stream = Controller::for_events(events, Writer::default())
-        .concurrency(1)
-        .run(
-            record.reconciler(ms(10), |_, _| Ok(Action::await_change())),
-            policy(Action::await_change()),
-            Arc::new(()),
-        );
+    let (feed, controller) = fed();
+    let stream = controller.concurrency(1).run(
+        record.reconciler(ms(10), |_, _| Ok(Action::await_change())),
+        policy(Action::await_change()),
+        Arc::new(()),
+    );
     let run = Collected::spawn(&record, stream);
     feed.list(cms("obj", 5));
     feed.close();
@@ -209,15 +195,13 @@ async fn a_list_then_the_end_of_the_watch_reconciles_the_whole_list() {
 #[tokio::test(start_paused = true)]
 async fn a_shutdown_before_the_first_list_ends_the_stream_at_once() {
     let record = Record::new();
-    let (feed, events) = feeder();
+    let (feed, controller) = fed();
     let (stop, stopped) = signal();
-    let stream = Controller::for_events(events, Writer::default())
-        .graceful_shutdown_on(stopped)
-        .run(
-            record.reconciler(ms(10), |_, _| Ok(Action::await_change())),
-            policy(Action::await_change()),
-            Arc::new(()),
-        );
+    let stream = controller.graceful_shutdown_on(stopped).run(
+        record.reconciler(ms(10), |_, _| Ok(Action::await_change())),
+        policy(Action::await_change()),
+        Arc::new(()),
+    );
     let run = Collected::spawn(&record, stream);
     feed.init();
     feed.init_apply(cm("a", "1"));
@@ -231,8 +215,8 @@ async fn a_shutdown_before_the_first_list_ends_the_stream_at_once() {
 #[tokio::test(start_paused = true)]
 async fn dropping_the_stream_aborts_the_reconciles_in_flight() {
     let record = Record::new();
-    let (feed, events) = feeder();
-    let stream = Controller::for_events(events, Writer::default()).run(
+    let (feed, controller) = fed();
+    let stream = controller.run(
         record.reconciler(HOUR, |_, _| Ok(Action::await_change())),
         policy(Action::await_change()),
         Arc::new(()),
@@ -257,8 +241,8 @@ async fn a_watch_that_ends_before_its_first_list_ends_the_stream_without_reports
     // The listed keys were queued but never in a complete store: they are
     // not reported as missing, nor reconciled.
     let record = Record::new();
-    let (feed, events) = feeder();
-    let stream = Controller::for_events(events, Writer::default()).run(
+    let (feed, controller) = fed();
+    let stream = controller.run(
         record.reconciler(ms(10), |_, _| Ok(Action::await_change())),
         policy(Action::await_change()),
         Arc::new(()),

@@ -6,7 +6,6 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube_runtime::reflector::store::Writer;
 use kube_runtime::watcher::Event;
 use tokio_workqueue_kube::{Action, Controller};
 
@@ -17,8 +16,7 @@ const HOUR: Duration = Duration::from_secs(3600);
 #[tokio::test(start_paused = true)]
 async fn nothing_is_reconciled_before_the_first_list_is_complete() {
     let record = Record::new();
-    let (feed, events) = feeder();
-    let controller = Controller::for_events(events, Writer::default());
+    let (feed, controller) = fed();
     let store = controller.store();
     let stream = controller.run(
         record.reconciler(ms(1), |_, _| Ok(Action::await_change())),
@@ -54,8 +52,7 @@ async fn changes_before_the_first_list_wait_for_it_too() {
     // A watcher that applies an object before its list is done (a reflector
     // fed by hand can): still nothing before InitDone.
     let record = Record::new();
-    let (feed, events) = feeder();
-    let controller = Controller::for_events(events, Writer::default());
+    let (feed, controller) = fed();
     let stream = controller.run(
         record.reconciler(ms(1), |_, _| Ok(Action::await_change())),
         policy(Action::await_change()),
@@ -81,14 +78,12 @@ async fn changes_before_the_first_list_wait_for_it_too() {
 #[tokio::test(start_paused = true)]
 async fn objects_deleted_while_queued_are_reported_not_reconciled() {
     let record = Record::new();
-    let (feed, events) = feeder();
-    let stream = Controller::for_events(events, Writer::default())
-        .concurrency(1)
-        .run(
-            record.reconciler(ms(10), |_, _| Ok(Action::await_change())),
-            policy(Action::await_change()),
-            std::sync::Arc::new(()),
-        );
+    let (feed, controller) = fed();
+    let stream = controller.concurrency(1).run(
+        record.reconciler(ms(10), |_, _| Ok(Action::await_change())),
+        policy(Action::await_change()),
+        std::sync::Arc::new(()),
+    );
     let run = Collected::spawn(&record, stream);
 
     let objects = cms("obj", 5);
@@ -123,8 +118,8 @@ async fn objects_deleted_while_queued_are_reported_not_reconciled() {
 #[tokio::test(start_paused = true)]
 async fn a_requeued_object_deleted_meanwhile_is_reported_once_then_forgotten() {
     let record = Record::new();
-    let (feed, events) = feeder();
-    let stream = Controller::for_events(events, Writer::default()).run(
+    let (feed, controller) = fed();
+    let stream = controller.run(
         record.reconciler(ms(1), |_, _| Ok(Action::requeue(Duration::from_secs(60)))),
         policy(Action::await_change()),
         std::sync::Arc::new(()),
@@ -147,8 +142,8 @@ async fn a_requeued_object_deleted_meanwhile_is_reported_once_then_forgotten() {
 #[tokio::test(start_paused = true)]
 async fn deleting_a_main_object_triggers_nothing() {
     let record = Record::new();
-    let (feed, events) = feeder();
-    let stream = Controller::for_events(events, Writer::default()).run(
+    let (feed, controller) = fed();
+    let stream = controller.run(
         record.reconciler(ms(1), |_, _| Ok(Action::await_change())),
         policy(Action::await_change()),
         std::sync::Arc::new(()),

@@ -9,8 +9,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube_runtime::reflector::store::Writer;
-use tokio_workqueue_kube::{Action, Controller};
+use tokio_workqueue_kube::Action;
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record as Values};
 use tracing::subscriber::{DefaultGuard, Interest, NoSubscriber, Subscriber};
@@ -206,18 +205,16 @@ fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
 async fn object_updated_and_the_retries_each_have_their_reason() {
     let (capture, _guard) = Capture::install();
     let record = Record::new();
-    let (feed, events) = feeder();
-    let stream = Controller::for_events(events, Writer::default())
-        .concurrency(1)
-        .run(
-            traced(&record, |name, attempt| match (name, attempt) {
-                ("a", 1) => Ok(Action::requeue(Duration::from_secs(1))),
-                ("b", 1) => fail("once"),
-                _ => Ok(Action::await_change()),
-            }),
-            policy(Action::requeue(Duration::from_secs(2))),
-            Arc::new(()),
-        );
+    let (feed, controller) = fed();
+    let stream = controller.concurrency(1).run(
+        traced(&record, |name, attempt| match (name, attempt) {
+            ("a", 1) => Ok(Action::requeue(Duration::from_secs(1))),
+            ("b", 1) => fail("once"),
+            _ => Ok(Action::await_change()),
+        }),
+        policy(Action::requeue(Duration::from_secs(2))),
+        Arc::new(()),
+    );
     let _run = Collected::spawn(&record, stream);
     feed.list([cm("a", "1"), cm("b", "1")]);
     advance(Duration::from_secs(10)).await;
@@ -236,11 +233,11 @@ async fn object_updated_and_the_retries_each_have_their_reason() {
 async fn related_bulk_and_requested_reconciles_have_their_reason() {
     let (capture, _guard) = Capture::install();
     let record = Record::new();
-    let (feed, events) = feeder();
+    let (feed, controller) = fed();
     let (children, child_stream) = sender();
     let (resync, resyncs) = sender();
     let (requests, requested) = sender();
-    let stream = Controller::for_events(events, Writer::default())
+    let stream = controller
         .concurrency(1)
         .owns_stream::<Secret>(child_stream)
         .reconcile_all_on(resyncs)
@@ -275,19 +272,16 @@ async fn related_bulk_and_requested_reconciles_have_their_reason() {
 async fn the_first_reason_wins_but_a_retry_gives_way_to_a_fresh_trigger() {
     let (capture, _guard) = Capture::install();
     let record = Record::new();
-    let (feed, events) = feeder();
+    let (feed, controller) = fed();
     let (requests, requested) = sender();
-    let stream = Controller::for_events(events, Writer::default())
-        .concurrency(1)
-        .reconcile_on(requested)
-        .run(
-            traced(&record, |name, attempt| match (name, attempt) {
-                ("a", 1) => Ok(Action::requeue(Duration::from_secs(60))),
-                _ => Ok(Action::await_change()),
-            }),
-            policy(Action::await_change()),
-            Arc::new(()),
-        );
+    let stream = controller.concurrency(1).reconcile_on(requested).run(
+        traced(&record, |name, attempt| match (name, attempt) {
+            ("a", 1) => Ok(Action::requeue(Duration::from_secs(60))),
+            _ => Ok(Action::await_change()),
+        }),
+        policy(Action::await_change()),
+        Arc::new(()),
+    );
     let _run = Collected::spawn(&record, stream);
     // `b` waits behind `a` (concurrency 1), queued as "object updated"; a
     // request for it while queued keeps that reason.
@@ -314,22 +308,20 @@ async fn the_first_reason_wins_but_a_retry_gives_way_to_a_fresh_trigger() {
 async fn panics_and_timeouts_are_logged_with_the_object() {
     let (capture, _guard) = Capture::install();
     let record = Record::new();
-    let (feed, events) = feeder();
-    let stream = Controller::for_events(events, Writer::default())
-        .reconcile_timeout(ms(50))
-        .run(
-            record.reconciler_with(
-                |name, _| if name == "slow" { ms(100) } else { ms(1) },
-                |name, attempt| {
-                    if name == "bad" && attempt == 1 {
-                        panic!("boom");
-                    }
-                    Ok(Action::await_change())
-                },
-            ),
-            policy(Action::await_change()),
-            Arc::new(()),
-        );
+    let (feed, controller) = fed();
+    let stream = controller.reconcile_timeout(ms(50)).run(
+        record.reconciler_with(
+            |name, _| if name == "slow" { ms(100) } else { ms(1) },
+            |name, attempt| {
+                if name == "bad" && attempt == 1 {
+                    panic!("boom");
+                }
+                Ok(Action::await_change())
+            },
+        ),
+        policy(Action::await_change()),
+        Arc::new(()),
+    );
     let _run = Collected::spawn(&record, stream);
     feed.list([cm("bad", "1"), cm("slow", "1")]);
     advance(ms(60)).await;
