@@ -253,6 +253,13 @@ async fn final_checks(record: &Record, changes: &Changes, live: &[usize]) {
     record.check_no_overlap().unwrap();
 }
 
+/// Waits until the group's members `live` hold their Leases and
+/// acknowledge exactly `live` (other Leases may stay); returns when it saw
+/// that.
+async fn acknowledged(server: &LocalApiServer, live: &[usize]) -> Instant {
+    wait_acknowledged(&server.client(), GROUP, live, false, LIMIT).await
+}
+
 struct Ctx {
     record: Arc<Record>,
     replica: usize,
@@ -433,7 +440,7 @@ async fn replica_shards_split_the_keys() {
         ..Opts::default()
     });
     let all = [0, 1, 2];
-    let settled = wait_acknowledged(&server.client(), GROUP, &all, false, LIMIT).await;
+    let settled = acknowledged(&server, &all).await;
     println!("split among 3: {:?}", count_by_owner(&names, &all));
 
     // From then on each key is reconciled (again, as it requeues) and
@@ -475,7 +482,7 @@ async fn replica_joins_and_moves_about_a_quarter_of_the_keys() {
         ..Opts::default()
     };
     let mut replicas = start_all(&server, 3, &record, opts);
-    wait_acknowledged(&server.client(), GROUP, &three, false, LIMIT).await;
+    acknowledged(&server, &three).await;
     // Keys a replica gains are queued, so each ends last reconciled by
     // its owner among the three.
     wait_until(
@@ -488,7 +495,7 @@ async fn replica_joins_and_moves_about_a_quarter_of_the_keys() {
 
     let joined = Instant::now();
     replicas.push(Replica::start(&server, 3, &record, opts(3)));
-    wait_acknowledged(&server.client(), GROUP, &four, false, LIMIT).await;
+    acknowledged(&server, &four).await;
     wait_until(
         "every key last reconciled by its owner among 4",
         LIMIT,
@@ -546,7 +553,7 @@ async fn replica_crash_without_release_hands_its_keys_over() {
     let all = [0, 1, 2];
     let live = [0, 2];
     let crashed = 1;
-    wait_acknowledged(&server.client(), GROUP, &all, false, LIMIT).await;
+    acknowledged(&server, &all).await;
     wait_until("every key last reconciled by its owner", LIMIT, || {
         record.check_last_by_owners(&names, &all)
     })
@@ -606,7 +613,7 @@ async fn replica_crash_without_release_hands_its_keys_over() {
         slowest < first.start - crash,
         "live keys waited for the hand-over"
     );
-    wait_acknowledged(&server.client(), GROUP, &live, false, LIMIT).await;
+    acknowledged(&server, &live).await;
     record.check_no_overlap().unwrap();
 
     // The others took its keys only after writing its Lease as released
@@ -654,7 +661,7 @@ async fn start_busy(
         ..Opts::default()
     });
     let all = [0, 1, 2];
-    let settled = wait_acknowledged(&server.client(), GROUP, &all, false, LIMIT).await;
+    let settled = acknowledged(server, &all).await;
     wait_until("every key reconciled by its owner", LIMIT, || {
         record.check_owners_since(settled, names, &all)
     })
@@ -815,7 +822,7 @@ async fn replica_cut_off_from_the_api_server_fences_and_comes_back() {
         "back to reconciling {:?} after reconnecting",
         again.start - back
     );
-    let resettled = wait_acknowledged(&server.client(), GROUP, &all, false, LIMIT).await;
+    let resettled = acknowledged(&server, &all).await;
     wait_until("every key reconciled by its owner again", LIMIT, || {
         record.check_owners_since(resettled, &names, &all)
     })
@@ -837,7 +844,7 @@ async fn replica_clock_5s_ahead_or_behind_changes_nothing() {
         ..Opts::default()
     });
     let all = [0, 1, 2];
-    let settled = wait_acknowledged(&server.client(), GROUP, &all, false, LIMIT).await;
+    let settled = acknowledged(&server, &all).await;
 
     // The clocks are in effect: renewTimes 5 s off either way.
     let now = Timestamp::now();
@@ -855,7 +862,7 @@ async fn replica_clock_5s_ahead_or_behind_changes_nothing() {
     // Steady for twice the lease: the split holds, nothing moves.
     sleep(2 * LEASE).await;
     record.check_owners_since(settled, &names, &all).unwrap();
-    wait_acknowledged(&server.client(), GROUP, &all, false, LIMIT).await;
+    acknowledged(&server, &all).await;
     assert!(
         replicas
             .iter()
@@ -889,7 +896,7 @@ async fn replica_graceful_shutdown_releases_its_lease_and_hands_over() {
     let all = [0, 1, 2];
     let live = [1, 2];
     let leaving = 0;
-    wait_acknowledged(&server.client(), GROUP, &all, false, LIMIT).await;
+    acknowledged(&server, &all).await;
     wait_until("every key last reconciled by its owner", LIMIT, || {
         record.check_last_by_owners(&names, &all)
     })
@@ -948,7 +955,7 @@ async fn replica_graceful_shutdown_releases_its_lease_and_hands_over() {
     let handover = last.saturating_duration_since(ended);
     println!("hand-over after a graceful shutdown: {handover:?}");
     assert!(handover <= 4 * RETRY, "hand-over took {handover:?}");
-    wait_acknowledged(&server.client(), GROUP, &live, false, LIMIT).await;
+    acknowledged(&server, &live).await;
 
     changes.set_all(&server, &names, "changed");
     final_checks(&record, &changes, &live).await;
@@ -1053,7 +1060,7 @@ async fn replica_shard_gauges_count_members_and_owned_keys() {
         ..Opts::default()
     });
     let all = [0, 1, 2];
-    wait_acknowledged(&server.client(), GROUP, &all, false, LIMIT).await;
+    acknowledged(&server, &all).await;
     let expected = count_by_owner(&names, &all);
     let gauges = |of: &[usize]| -> Vec<(i64, i64)> {
         of.iter()
@@ -1222,7 +1229,7 @@ async fn replica_fences_even_while_its_stream_is_not_polled() {
     replicas[cut_off].slow.store(false, Ordering::SeqCst);
     replicas[cut_off].endpoint.reconnect();
     replicas[cut_off].stall.send_replace(false);
-    let resettled = wait_acknowledged(&server.client(), GROUP, &all, false, LIMIT).await;
+    let resettled = acknowledged(&server, &all).await;
     wait_until("every key reconciled by its owner again", LIMIT, || {
         record.check_owners_since(resettled, &names, &all)
     })
