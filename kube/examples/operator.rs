@@ -29,6 +29,18 @@
 //! ```text
 //! cargo run -p tokio-workqueue-kube --example operator --features rustls,prometheus -- --cluster
 //! ```
+//!
+//! With `--shards`, the three controllers share one shard membership
+//! instead of one election (`Manager::shards`): every replica reconciles
+//! its share of the keys, and each holds one Lease,
+//! `operator-example-{POD_NAME}`, whatever the number of controllers. Run
+//! it in several terminals with different `POD_NAME`s (and `--cluster`) to
+//! see the keys split; alone, one replica owns them all:
+//!
+//! ```text
+//! cargo run -p tokio-workqueue-kube --example operator --features prometheus -- --shards
+//! POD_NAME=operator-1 cargo run -p tokio-workqueue-kube --example operator --features rustls,prometheus -- --cluster --shards
+//! ```
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -48,6 +60,7 @@ use tokio_workqueue::Builder;
 use tokio_workqueue_kube::Manager;
 use tokio_workqueue_kube::leader::{LeaderElection, LeaseConfig};
 use tokio_workqueue_kube::metrics::{ControllerMetrics, PrometheusMetrics};
+use tokio_workqueue_kube::shard::{ShardConfig, Shards};
 
 #[derive(Debug)]
 struct Error(kube::Error);
@@ -156,6 +169,7 @@ async fn probe(addr: std::net::SocketAddr, path: &str) -> (String, String) {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let on_cluster = std::env::args().any(|a| a == "--cluster");
+    let sharded = std::env::args().any(|a| a == "--shards");
     let (client, _local) = if on_cluster {
         (Client::try_default().await?, None)
     } else {
@@ -171,10 +185,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     });
     let mut registry = Registry::default();
     let mut manager = Manager::new(client.clone());
-    manager.leader_election(LeaderElection::new(
-        client.clone(),
-        LeaseConfig::new("operator-example", &ns, identity),
-    ))?;
+    if sharded {
+        let config = ShardConfig::new("operator-example", &ns, identity);
+        manager.shards(Shards::new(client.clone(), config))?;
+    } else {
+        manager.leader_election(LeaderElection::new(
+            client.clone(),
+            LeaseConfig::new("operator-example", &ns, identity),
+        ))?;
+    }
 
     let demo = watcher::Config::default().labels("app=demo");
     let (queue, controller_metrics) = metrics("configmaps", &mut registry);
