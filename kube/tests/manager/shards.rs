@@ -10,7 +10,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube_client::api::{Patch, PatchParams};
 use kube_client::{Api, ResourceExt};
-use kube_local_apiserver::LocalApiServer;
+use kube_local_apiserver::{Fault, LocalApiServer, Verb};
 use kube_runtime::watcher;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -19,6 +19,7 @@ use tokio_workqueue_kube::leader::{LeaderElection, LeaseConfig};
 use tokio_workqueue_kube::shard::{ShardConfig, Shards};
 use tokio_workqueue_kube::{Action, Manager, ManagerError};
 
+use crate::manager_common::{Running, get};
 use crate::replica_common::{
     RETRY, Record, Run, TestError, lease_holder, server_with_configmaps,
     shard_identity as identity, shard_owner as owner_of, wait_acknowledged,
@@ -290,4 +291,67 @@ async fn shards_after_controllers_twice_beside_an_election_or_with_a_bad_config_
     let error = late.shards(shards(config(0))).err().unwrap();
     assert!(matches!(error, ManagerError::ShardsAfterControllers));
     assert!(error.to_string().contains("before"), "{error}");
+}
+
+/// `/readyz` follows the shard Lease: 503 until the first renewal, 200
+/// while renewals are on time, 503 again once the replica, cut off from
+/// the API server, is past its renew deadline (it fences then).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_follows_the_shard_lease() {
+    let server = server_with_configmaps(2).await;
+    let endpoint = server.endpoint();
+    let client = endpoint.client();
+    let mut manager = Manager::new(client.clone());
+    // A renewal takes at least 300 ms: `/readyz` is asked before it ends.
+    server.inject(
+        Fault::delay(Duration::from_millis(300))
+            .verb(Verb::Create)
+            .resource("leases")
+            .times(1),
+    );
+    manager
+        .shards(Shards::new(client.clone(), config(0)))
+        .unwrap();
+    let stream = manager
+        .controller_for::<ConfigMap>(watcher::Config::default())
+        .run(
+            |_, _: Arc<()>| async { Ok::<_, TestError>(Action::await_change()) },
+            |_, _, _| Action::await_change(),
+            Arc::new(()),
+        );
+    manager.add("all", stream).unwrap();
+    manager.serve("127.0.0.1:0").unwrap();
+    let addr = manager.local_addr().unwrap();
+    let run = Running::start(manager);
+
+    let (status, body) = get(addr, "/readyz").await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("shard lease"), "{body}");
+    let deadline = Instant::now() + LIMIT;
+    while get(addr, "/readyz").await.0 != 200 {
+        assert!(Instant::now() < deadline, "never ready");
+        sleep(RETRY).await;
+    }
+    // Cut off: renewals fail; past the renew deadline it is not ready.
+    endpoint.disconnect();
+    let cut = Instant::now();
+    loop {
+        let (status, body) = get(addr, "/readyz").await;
+        if status == 503 {
+            assert!(body.contains("renew deadline"), "{body}");
+            break;
+        }
+        assert!(Instant::now() < cut + LIMIT, "still ready while cut off");
+        sleep(RETRY).await;
+    }
+    // The deadline runs from the last renewal sent before the cut, at most
+    // a round (a renewal, a list and a retry period) earlier: well after
+    // half the renew deadline of 1 s, whatever the machine's load.
+    assert!(
+        cut.elapsed() >= Duration::from_millis(500),
+        "not ready {:?} after the cut, long before the renew deadline",
+        cut.elapsed()
+    );
+    assert_eq!(get(addr, "/healthz").await.0, 200);
+    run.stop(LIMIT).await;
 }
