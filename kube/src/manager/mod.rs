@@ -432,6 +432,14 @@ impl Manager {
     /// Call it before making controllers: each controller follows what the
     /// manager had when it was made. A controller given an election or
     /// shards of its own follows those instead.
+    ///
+    /// Give every controller's result stream to [`add`](Self::add): the
+    /// manager drains the added controllers before it releases the Lease,
+    /// and reports one whose task ended on `/healthz`. A controller of the
+    /// membership whose stream is dropped while reconciles run holds back
+    /// every later acknowledgement of this replica (safe: no key moves
+    /// away from it), which for a stream outside the manager nothing
+    /// reports but a log line.
     pub fn shards(&mut self, shards: Shards) -> Result<&mut Self, ManagerError> {
         if self.shared.made.load(std::sync::atomic::Ordering::Relaxed) > 0 {
             return Err(ManagerError::ShardsAfterControllers);

@@ -10,10 +10,10 @@
 //! it is ready to acknowledge, and the joint declares a set (numbered, as
 //! one controller's declarations are) only when every slot names that set.
 //!
-//! A slot is emptied the moment its controller adopts a new view, before
-//! anything is handed out under it: a controller whose view moved on may
-//! start keys the older set takes away, so its readiness for that set no
-//! longer holds. A controller readies its slot again once nothing it loses
+//! A slot is emptied the moment its controller adopts a view with other
+//! members, before anything is handed out under it: a controller whose
+//! members moved on may start keys the older set takes away, so its
+//! readiness for that set no longer holds. A controller readies its slot again once nothing it loses
 //! in its new view is in flight. With one slot, the joint declares exactly
 //! what that controller declares, so a lone controller behaves as it did
 //! before the joint existed.
@@ -173,10 +173,14 @@ impl Drop for Slot {
     fn drop(&mut self) {
         let mut slots = self.joint.slots.lock();
         if self.in_flight {
-            tracing::error!(
-                "a sharded controller stopped with reconciles in flight; this replica \
-                 acknowledges no new shard membership until it restarts"
-            );
+            // Only a joint others still hold (a manager's) is held back; a
+            // lone controller's membership went with it.
+            if Arc::strong_count(&self.joint) > 1 {
+                tracing::error!(
+                    "a sharded controller stopped with reconciles in flight; this replica \
+                     acknowledges no new shard membership until it restarts"
+                );
+            }
             slots[self.index] = Some(None);
             return;
         }
