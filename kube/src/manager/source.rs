@@ -7,8 +7,9 @@
 //! then hands it to every subscriber, so a subscriber that reacts to an
 //! event reads the store at least as new as the event.
 //!
-//! Subscribers get a list (`Init`, one `InitApply` per object, `InitDone`)
-//! only once it is complete, from the store just swapped in, and a live
+//! Subscribers get a list (`Init`, one `InitApply` per object in the API
+//! server's order, `InitDone`) only once it is complete, from the store
+//! just swapped in, and a live
 //! change as the store's own copy of the object. The store keeps a copy of
 //! every object it is given (kube-runtime's `Writer` clones), so handing
 //! subscribers the watch's decoded objects instead would keep a second
@@ -199,7 +200,7 @@ where
         // live events that follow neither overlap nor leave a gap. During a
         // list, the list's end replays the store to every subscriber.
         if inner.ready && !inner.listing {
-            replay(&self.store, &tx);
+            replay(&listed(&self.store), &tx);
         }
         inner.subscribers.push(tx);
         rx
@@ -228,8 +229,8 @@ where
                                 Event::InitDone => {
                                     inner.listing = false;
                                     inner.ready = true;
-                                    let store = &this.store;
-                                    inner.subscribers.retain(|tx| replay(store, tx));
+                                    let objects = listed(&this.store);
+                                    inner.subscribers.retain(|tx| replay(&objects, tx));
                                     continue;
                                 }
                                 Event::Apply(object) => {
@@ -263,20 +264,26 @@ where
 
 /// Sends the store's contents as one list; `false` if the subscriber is
 /// gone.
-fn replay<K: Lookup + Clone + 'static>(
-    store: &Store<K>,
-    tx: &UnboundedSender<SharedEvent<K>>,
-) -> bool
-where
-    K::DynamicType: Eq + Hash + Clone,
-{
+fn replay<K>(objects: &[Arc<K>], tx: &UnboundedSender<SharedEvent<K>>) -> bool {
     if tx.unbounded_send(Ok(Event::Init)).is_err() {
         return false;
     }
-    for object in store.state() {
-        let _ = tx.unbounded_send(Ok(Event::InitApply(SharedObject(object))));
+    for object in objects {
+        let _ = tx.unbounded_send(Ok(Event::InitApply(SharedObject(object.clone()))));
     }
     tx.unbounded_send(Ok(Event::InitDone)).is_ok()
+}
+
+/// The store's objects in the order the API server lists them (by
+/// namespace, then name), so that a list reaches subscribers, and their
+/// first reconciles come, in the order a watch of their own would give.
+fn listed<K: Lookup + Clone + 'static>(store: &Store<K>) -> Vec<Arc<K>>
+where
+    K::DynamicType: Eq + Hash + Clone,
+{
+    let mut objects = store.state();
+    objects.sort_by(|a, b| (a.namespace(), a.name()).cmp(&(b.namespace(), b.name())));
+    objects
 }
 
 fn clone_event<K>(event: &SharedEvent<K>) -> SharedEvent<K> {
@@ -458,16 +465,29 @@ mod tests {
         let mut late = source.subscribe();
         send(&tx, Event::Apply(cm("c"))).await;
 
-        let mut got = drain(&mut early);
-        got[1..3].sort();
-        assert_eq!(got, ["init", "list a", "list b", "done", "apply c"]);
-        let mut got = drain(&mut mid);
-        got[1..3].sort();
-        assert_eq!(got, ["init", "list a", "list b", "done", "apply c"]);
-        let mut got = drain(&mut late);
-        got[1..3].sort();
-        assert_eq!(got, ["init", "list a", "list b", "done", "apply c"]);
+        // In the API server's order (by namespace and name), whatever the
+        // store's.
+        for rx in [&mut early, &mut mid, &mut late] {
+            assert_eq!(drain(rx), ["init", "list a", "list b", "done", "apply c"]);
+        }
         assert_eq!(source.store().state().len(), 3);
+        drop(tx);
+        task.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_list_reaches_subscribers_in_the_api_server_s_order() {
+        let (source, tx, task) = source();
+        let mut rx = source.subscribe();
+        send(&tx, Event::Init).await;
+        let names: Vec<String> = (0..40).map(|i| format!("cm-{i:02}")).collect();
+        for name in names.iter().rev() {
+            send(&tx, Event::InitApply(cm(name))).await;
+        }
+        send(&tx, Event::InitDone).await;
+        let got = drain(&mut rx);
+        let listed: Vec<String> = names.iter().map(|n| format!("list {n}")).collect();
+        assert_eq!(got[1..got.len() - 1], listed);
         drop(tx);
         task.await.unwrap();
     }
