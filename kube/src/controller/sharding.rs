@@ -58,8 +58,12 @@ where
     grace: Duration,
     view: Arc<View>,
     watched: Option<Watched<Arc<View>>>,
-    /// This controller's part in what the replica acknowledges (from the
-    /// first poll): the membership writes the joint's declarations.
+    /// What this replica acknowledges, made by its controllers together.
+    joint: Arc<Joint>,
+    /// The joint's latest declaration: the membership writes it, and
+    /// keys are handed out by it.
+    declared: watch::Receiver<Declared>,
+    /// This controller's part in the joint, from the first poll.
     slot: Option<Slot>,
     /// Fires when the last renewal runs out.
     fence: Option<Pin<Box<Sleep>>>,
@@ -88,6 +92,10 @@ where
             Joining::Own(shards) => shards.config(),
             Joining::Shared(shared) => shared.config(),
         };
+        let joint = match &joining {
+            Joining::Own(_) => Joint::new(false),
+            Joining::Shared(shared) => shared.joint().clone(),
+        };
         #[cfg(feature = "prometheus")]
         let gauges = match &joining {
             Joining::Own(shards) => shards.gauges().cloned(),
@@ -105,6 +113,8 @@ where
             joining: Some(joining),
             member: None,
             watched: None,
+            declared: joint.subscribe(),
+            joint,
             slot: None,
             fence: None,
             fenced: true,
@@ -145,14 +155,13 @@ where
     /// Takes this controller's slot in the acknowledgement and follows the
     /// membership's view, starting the membership if it is its own.
     fn join(&mut self, joining: Joining) {
-        let (slot, view) = match joining {
+        let view = match joining {
             Joining::Own(shards) => {
-                let joint = Joint::new();
-                match (*shards).start(joint.subscribe()) {
+                match (*shards).start(self.joint.subscribe()) {
                     Ok(member) => {
                         let view = member.view.clone();
                         self.member = Some(member);
-                        (joint.join(), view)
+                        view
                     }
                     // Validated when the controller was run: cannot happen.
                     Err(error) => {
@@ -162,21 +171,13 @@ where
                 }
             }
             Joining::Shared(shared) => match shared.view() {
-                Some(view) => (shared.join(), view),
+                Some(view) => view,
                 // The manager left already: it is shutting down.
                 None => return,
             },
         };
-        self.slot = Some(slot);
+        self.slot = Some(self.joint.join());
         self.watched = Some(Watched::new(view));
-    }
-
-    /// The latest declaration of this replica (of every controller on its
-    /// membership), or none before the first poll.
-    fn declared(&self) -> Declared {
-        self.slot
-            .as_ref()
-            .map_or_else(|| (0, Members::default()), Slot::declared)
     }
 
     /// Runs the fence and the cancellation timers; call it after
@@ -254,7 +255,9 @@ where
     /// What to do with a key the queue handed out.
     pub(crate) fn check(&mut self, key: &ObjectRef<K>) -> Check {
         let hash = hash_of(key);
-        let check = self.view.hand_out(&self.declared(), self.fresh(), hash);
+        let check = self
+            .view
+            .hand_out(&self.declared.borrow(), self.fresh(), hash);
         if check == HandOut::Parked {
             self.parked.insert(key.clone());
         }
@@ -296,7 +299,7 @@ where
         };
         let next = self
             .view
-            .declaration(&slot.declared(), self.running.keys().map(hash_of));
+            .declaration(&self.declared.borrow(), self.running.keys().map(hash_of));
         if let Some((_, members)) = next {
             tracing::debug!(?members, "ready to acknowledge the shard view");
             slot.ready(members);
@@ -351,7 +354,7 @@ where
         let mut cleared = Vec::new();
         let mut lost = Vec::new();
         let fresh = self.fresh();
-        let declared = self.declared();
+        let declared = self.declared.borrow().clone();
         for key in std::mem::take(&mut self.parked) {
             match view.hand_out(&declared, fresh, hash_of(&key)) {
                 HandOut::NotOurs => lost.push(key),

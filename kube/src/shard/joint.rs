@@ -68,25 +68,26 @@ pub(crate) struct Joint {
     /// vector are free.
     slots: Mutex<Vec<Option<Option<Members>>>>,
     declared: watch::Sender<Declared>,
+    /// Whether several controllers share it (a manager's), so that a slot
+    /// left with keys in flight holds the others back.
+    shared: bool,
 }
 
 impl Joint {
     /// A joint with no slot yet: it declares nothing until one joins.
-    pub(crate) fn new() -> Arc<Self> {
+    /// `shared`: a manager's, for several controllers.
+    pub(crate) fn new(shared: bool) -> Arc<Self> {
         Arc::new(Joint {
             slots: Mutex::new(Vec::new()),
             declared: watch::Sender::new((0, Members::default())),
+            shared,
         })
     }
 
-    /// What the membership writes on the Lease: the latest declaration.
+    /// The latest declaration, as it changes: what the membership writes
+    /// on the Lease, and what a controller hands keys out by.
     pub(crate) fn subscribe(&self) -> watch::Receiver<Declared> {
         self.declared.subscribe()
-    }
-
-    /// The latest declaration.
-    pub(crate) fn declared(&self) -> Declared {
-        self.declared.borrow().clone()
     }
 
     /// A slot for one more controller, not ready for anything yet.
@@ -142,11 +143,6 @@ pub(crate) struct Slot {
 }
 
 impl Slot {
-    /// The joint's latest declaration.
-    pub(crate) fn declared(&self) -> Declared {
-        self.joint.declared()
-    }
-
     /// The controller adopted a new view: it is ready for nothing until
     /// it says so again.
     pub(crate) fn withdraw(&mut self) {
@@ -173,9 +169,9 @@ impl Drop for Slot {
     fn drop(&mut self) {
         let mut slots = self.joint.slots.lock();
         if self.in_flight {
-            // Only a joint others still hold (a manager's) is held back; a
-            // lone controller's membership went with it.
-            if Arc::strong_count(&self.joint) > 1 {
+            // Only a shared joint holds others back; a lone controller's
+            // membership went with it.
+            if self.joint.shared {
                 tracing::error!(
                     "a sharded controller stopped with reconciles in flight; this replica \
                      acknowledges no new shard membership until it restarts"
@@ -193,77 +189,81 @@ impl Drop for Slot {
 mod tests {
     use super::*;
 
+    fn declared(joint: &Joint) -> Declared {
+        joint.subscribe().borrow().clone()
+    }
+
     fn set(ids: &[&str]) -> Members {
         ids.iter().map(|id| Arc::<str>::from(*id)).collect()
     }
 
     #[test]
     fn one_slot_declares_what_it_is_ready_for() {
-        let joint = Joint::new();
+        let joint = Joint::new(true);
         let mut slot = joint.join();
-        assert_eq!(joint.declared().0, 0);
+        assert_eq!(declared(&joint).0, 0);
         slot.ready(set(&["a"]));
-        assert_eq!(joint.declared(), (1, set(&["a"])));
+        assert_eq!(declared(&joint), (1, set(&["a"])));
         // Ready again for the same set: nothing new.
         slot.withdraw();
         slot.ready(set(&["a"]));
-        assert_eq!(joint.declared(), (1, set(&["a"])));
+        assert_eq!(declared(&joint), (1, set(&["a"])));
         slot.ready(set(&["a", "b"]));
-        assert_eq!(joint.declared(), (2, set(&["a", "b"])));
+        assert_eq!(declared(&joint), (2, set(&["a", "b"])));
     }
 
     #[test]
     fn several_slots_declare_only_a_set_they_all_are_ready_for() {
-        let joint = Joint::new();
+        let joint = Joint::new(true);
         let mut first = joint.join();
         let mut second = joint.join();
         first.ready(set(&["a", "b"]));
-        assert_eq!(joint.declared().0, 0, "the second is not ready yet");
+        assert_eq!(declared(&joint).0, 0, "the second is not ready yet");
         second.ready(set(&["a"]));
-        assert_eq!(joint.declared().0, 0, "they disagree");
+        assert_eq!(declared(&joint).0, 0, "they disagree");
         second.ready(set(&["a", "b"]));
-        assert_eq!(joint.declared(), (1, set(&["a", "b"])));
+        assert_eq!(declared(&joint), (1, set(&["a", "b"])));
         // A new view: the first withdraws, so the second's readiness for a
         // newer set does not declare it alone.
         first.withdraw();
         second.ready(set(&["a", "b", "c"]));
-        assert_eq!(joint.declared().0, 1);
+        assert_eq!(declared(&joint).0, 1);
         first.ready(set(&["a", "b", "c"]));
-        assert_eq!(joint.declared(), (2, set(&["a", "b", "c"])));
+        assert_eq!(declared(&joint), (2, set(&["a", "b", "c"])));
     }
 
     #[test]
     fn a_slot_that_leaves_with_nothing_in_flight_no_longer_holds_the_others_back() {
-        let joint = Joint::new();
+        let joint = Joint::new(true);
         let mut first = joint.join();
         let second = joint.join();
         first.ready(set(&["a"]));
-        assert_eq!(joint.declared().0, 0);
+        assert_eq!(declared(&joint).0, 0);
         drop(second);
-        assert_eq!(joint.declared(), (1, set(&["a"])));
+        assert_eq!(declared(&joint), (1, set(&["a"])));
         // Its place is reused.
         let mut third = joint.join();
         first.ready(set(&["a", "b"]));
-        assert_eq!(joint.declared().0, 1);
+        assert_eq!(declared(&joint).0, 1);
         third.ready(set(&["a", "b"]));
-        assert_eq!(joint.declared().0, 2);
+        assert_eq!(declared(&joint).0, 2);
     }
 
     #[test]
     fn a_slot_dropped_with_keys_in_flight_holds_every_later_declaration_back() {
-        let joint = Joint::new();
+        let joint = Joint::new(true);
         let mut first = joint.join();
         let mut second = joint.join();
         second.set_in_flight(true);
         drop(second);
         first.ready(set(&["a"]));
-        assert_eq!(joint.declared().0, 0);
+        assert_eq!(declared(&joint).0, 0);
     }
 
     #[test]
     fn an_empty_joint_declares_nothing() {
-        let joint = Joint::new();
+        let joint = Joint::new(true);
         drop(joint.join());
-        assert_eq!(joint.declared(), (0, Members::default()));
+        assert_eq!(declared(&joint), (0, Members::default()));
     }
 }

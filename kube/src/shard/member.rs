@@ -16,7 +16,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until, timeout_at};
 
 use super::config::ShardConfig;
-use super::joint::{Joint, Slot};
+use super::joint::Joint;
 use super::protocol::{AckLog, Declared, Verdict, View, judge};
 use super::ring::Members;
 use super::{ACK_ANNOTATION, GROUP_LABEL};
@@ -136,7 +136,7 @@ impl SharedMembership {
     /// `shards`' config must have been validated.
     pub(crate) fn new(shards: Shards) -> Arc<Self> {
         Arc::new(SharedMembership {
-            joint: Joint::new(),
+            joint: Joint::new(true),
             config: shards.config.clone(),
             #[cfg(feature = "prometheus")]
             gauges: shards.metrics.clone(),
@@ -158,25 +158,26 @@ impl SharedMembership {
     /// (within a runtime); `None` once it was left.
     pub(crate) fn view(&self) -> Option<watch::Receiver<Arc<View>>> {
         let mut state = self.state.lock();
-        if let Started::Not(_) = &*state {
-            let Started::Not(shards) = std::mem::replace(&mut *state, Started::Left) else {
-                unreachable!()
-            };
-            match shards.start(self.joint.subscribe()) {
-                Ok(member) => *state = Started::Running(member),
+        *state = match std::mem::replace(&mut *state, Started::Left) {
+            Started::Not(shards) => match shards.start(self.joint.subscribe()) {
+                Ok(member) => Started::Running(member),
                 // Validated when the manager was given it: cannot happen.
-                Err(error) => tracing::error!(%error, "shards not started"),
-            }
-        }
+                Err(error) => {
+                    tracing::error!(%error, "shards not started");
+                    Started::Left
+                }
+            },
+            started => started,
+        };
         match &*state {
             Started::Running(member) => Some(member.view.clone()),
             Started::Not(_) | Started::Left => None,
         }
     }
 
-    /// A controller's place in the joint acknowledgement.
-    pub(crate) fn join(&self) -> Slot {
-        self.joint.join()
+    /// The acknowledgement its controllers make together.
+    pub(crate) fn joint(&self) -> &Arc<Joint> {
+        &self.joint
     }
 
     /// Releases the Lease; call it once every controller is done.

@@ -107,6 +107,14 @@ fn identity(replica: usize) -> String {
     format!("replica-{replica}")
 }
 
+/// Replica `replica`'s membership in the group, with these tests' timings.
+fn config(ns: &TestNamespace, replica: usize) -> ShardConfig {
+    ShardConfig::new(GROUP, ns.name(), identity(replica))
+        .with_lease_duration(LEASE)
+        .with_renew_deadline(RENEW)
+        .with_retry_period(RETRY)
+}
+
 /// A running replica; dropping it stops it as a crash would.
 struct Replica {
     task: JoinHandle<()>,
@@ -164,10 +172,7 @@ async fn replica_skewed(
 ) -> Replica {
     // A client of its own, as another process would have.
     let client = kube_test_cluster::client(ns.backend()).await;
-    let config = ShardConfig::new(GROUP, ns.name(), identity(replica))
-        .with_lease_duration(LEASE)
-        .with_renew_deadline(RENEW)
-        .with_retry_period(RETRY);
+    let config = config(ns, replica);
     let (shutdown, graceful) = oneshot::channel::<()>();
     let stream = Controller::new(
         Api::<ConfigMap>::namespaced(client.clone(), ns.name()),
@@ -416,10 +421,7 @@ fn manager_replica(
     replica: usize,
     records: &[Arc<Record>; 2],
 ) -> Replica {
-    let config = ShardConfig::new(GROUP, ns.name(), identity(replica))
-        .with_lease_duration(LEASE)
-        .with_renew_deadline(RENEW)
-        .with_retry_period(RETRY);
+    let config = config(ns, replica);
     let mut manager = Manager::new(client.clone());
     manager
         .shards(Shards::new(client.clone(), config))
