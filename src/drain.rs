@@ -14,7 +14,6 @@ use std::future::{Future, IntoFuture};
 use std::pin::Pin;
 use std::time::Duration;
 
-use futures_util::FutureExt;
 use tokio::time::Instant;
 
 use crate::ordering::{Ordering, Priorities};
@@ -177,8 +176,8 @@ impl<K: Key, O: Ordering<K>> Drain<K, O> {
             return report;
         }
         report.timed_out = true;
-        // `get` only hands out a ready key here: polled once, it never waits.
-        while let Some(Some(item)) = queue.get().now_or_never() {
+        // What is ready now, and nothing that becomes ready later.
+        while let Some(item) = queue.shared.take_ready() {
             report.not_handed_out.push(WorkItem::into_key(item));
         }
         let snapshot = queue.snapshot();
@@ -196,14 +195,12 @@ fn shut_down<K: Key, O: Ordering<K>>(
 ) -> Vec<K> {
     let mut dropped = Vec::new();
     let shared = &queue.shared;
-    let mut st = shared.state.lock();
     // Kept delays need a timer task: the one that timed them may have gone
     // with its runtime. Without a timer to be had here they could never
     // fire, so they are dropped and reported instead.
     let keep_until =
-        keep_until.filter(|_| st.is_shutdown() || (shared.start_timer)(shared, &mut st).is_ok());
-    let fx = st.shutdown_keeping(keep_until, &mut |k: &K| dropped.push(k.clone()));
-    shared.release(st, fx);
+        keep_until.filter(|_| shared.is_shutting_down() || (shared.start_timer)(shared).is_ok());
+    shared.shut_down(keep_until, &mut |k: &K| dropped.push(k.clone()));
     dropped
 }
 

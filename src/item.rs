@@ -47,6 +47,8 @@ use crate::sync::Arc;
 pub struct WorkItem<K, O: Ordering<K> = Priorities> {
     shared: Arc<Shared<K, O>>,
     key: K,
+    /// The shard the key is in.
+    shard: u32,
     slot: u32,
     /// The lease's entry in the queue's lease-time table.
     lease: u32,
@@ -60,6 +62,7 @@ impl<K: Key, O: Ordering<K>> WorkItem<K, O> {
     pub(crate) fn new(
         shared: Arc<Shared<K, O>>,
         key: K,
+        shard: u32,
         slot: u32,
         lease: u32,
         priority: i32,
@@ -68,6 +71,7 @@ impl<K: Key, O: Ordering<K>> WorkItem<K, O> {
         WorkItem {
             shared,
             key,
+            shard,
             slot,
             lease,
             priority,
@@ -193,21 +197,22 @@ impl<K, O: Ordering<K>> WorkItem<K, O> {
         }
         let shared = &self.shared;
         let now = self.started.map(|_| Instant::now());
-        let mut st = shared.state.lock();
         let mut readd = readd.map(|w| (self.priority, w));
         let mut outcome = Ok(());
         if readd.is_some_and(|(_, w)| w != When::Now)
-            && !st.is_shutdown()
-            && let Err(e) = (shared.start_timer)(shared, &mut st)
+            && !shared.is_shutting_down()
+            && let Err(e) = (shared.start_timer)(shared)
         {
             // No timer to be had: the key comes back now rather than never,
             // and the error tells the caller its delay was not kept.
             readd = readd.map(|(p, _)| (p, When::Now));
             outcome = Err(e);
         }
+        let shard = self.shard as usize;
+        let mut st = shared.shards[shard].state.lock();
         let (fx, finished, forgotten) = st.finish(self.slot, self.lease, readd, now);
         let outcome = outcome.and(finished.map_err(refused));
-        shared.release(st, fx);
+        shared.release(shard, st, fx);
         drop(forgotten);
         self.report_done(now);
         if retry

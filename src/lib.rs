@@ -196,6 +196,7 @@ pub mod ordering;
 pub mod partition;
 mod prefetch;
 mod queue;
+mod shard;
 mod shared;
 mod state;
 mod sync;

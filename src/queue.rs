@@ -20,6 +20,7 @@ use crate::limiter::RateLimiter;
 use crate::metrics::{MetricsHook, Probe, Snapshot, Source};
 use crate::options::{AddOpts, Lane};
 use crate::ordering::{Ordering, Priorities};
+use crate::shard::MAX_SHARDS;
 use crate::shared::{Shared, Wait};
 use crate::state::State;
 use crate::sync::Arc;
@@ -90,13 +91,26 @@ impl<K: Key, O: Ordering<K>> WorkQueue<K, O> {
         starvation_bound: Option<Duration>,
         throttle: Option<Box<dyn Throttle>>,
         ordering: O,
+        shards: usize,
     ) -> Self {
         let track = metrics.is_some() || starvation_bound.is_some();
         // Keys older than half the bound are served first, oldest first: the
         // other half is headroom for a backlog of such keys to drain.
         let promote_after = starvation_bound.map(|b| b / 2);
+        // Only an ordering that can be merged across shards is split (see
+        // `shard`).
+        let shards = shards.clamp(1, MAX_SHARDS).next_power_of_two();
+        let mut states: Vec<_> = (1..shards)
+            .map_while(|_| ordering.split())
+            .map(|order| State::new(track, promote_after, order))
+            .collect();
+        if states.len() + 1 != shards {
+            states.clear();
+        }
+        states.insert(0, State::new(track, promote_after, ordering));
         let shared = Arc::new(Shared::new(
-            State::new(track, promote_after, ordering),
+            states,
+            promote_after,
             limiter,
             metrics,
             name,
@@ -181,9 +195,17 @@ impl<K: Key, O: Ordering<K>> WorkQueue<K, O> {
         self.shared.limiter.num_requeues(key)
     }
 
+    /// How many shards the queue splits its keys into: what
+    /// [`Builder::shards`](crate::Builder::shards) asked for, rounded up to
+    /// a power of two and at most 64, or 1 if the queue's ordering cannot be
+    /// split.
+    pub fn shards(&self) -> usize {
+        self.shared.shards.len()
+    }
+
     /// Keys ready to be handed out now: not delayed, not leased.
     pub fn len(&self) -> usize {
-        self.shared.state.lock().ready_len()
+        self.shared.ready_len()
     }
 
     /// Whether no key is ready now.
@@ -218,9 +240,7 @@ impl<K: Key, O: Ordering<K>> WorkQueue<K, O> {
     /// Keys already ready, and keys re-added while leased, are still handed
     /// out; then `get` returns `None` and streams end.
     pub fn shutdown(&self) {
-        let mut st = self.shared.state.lock();
-        let fx = st.shutdown();
-        self.shared.release(st, fx);
+        self.shared.shut_down(None, &mut |_| {});
     }
 
     /// Shuts down as [`shutdown`](Self::shutdown) does, then waits until
@@ -239,7 +259,7 @@ impl<K: Key, O: Ordering<K>> WorkQueue<K, O> {
         loop {
             let mut drained = pin!(self.shared.drained.notified());
             drained.as_mut().enable();
-            if self.shared.state.lock().is_drained() {
+            if self.shared.is_drained() {
                 return;
             }
             drained.await;
@@ -265,7 +285,7 @@ impl<K: Key, O: Ordering<K>> WorkQueue<K, O> {
     /// Whether [`shutdown`](Self::shutdown) or
     /// [`shutdown_with_drain`](Self::shutdown_with_drain) was called.
     pub fn is_shutting_down(&self) -> bool {
-        self.shared.state.lock().is_shutdown()
+        self.shared.is_shutting_down()
     }
 }
 
@@ -286,11 +306,12 @@ impl<K, O: Ordering<K>> Clone for WorkQueue<K, O> {
 
 impl<K, O: Ordering<K>> fmt::Debug for WorkQueue<K, O> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let st = self.shared.state.lock();
-        f.debug_struct("WorkQueue")
-            .field("name", &self.shared.name)
-            .field("state", &*st)
-            .finish()
+        let mut f = f.debug_struct("WorkQueue");
+        f.field("name", &self.shared.name);
+        for shard in self.shared.shards.iter() {
+            f.field("shard", &*shard.state.lock());
+        }
+        f.finish()
     }
 }
 

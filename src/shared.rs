@@ -1,16 +1,28 @@
-//! What every handle of one queue shares: the [`State`] behind one mutex,
-//! and what is done around it.
+//! What every handle of one queue shares: its shards (each a [`State`]
+//! behind a lock of its own, see [`crate::shard`]), the consumers waiting
+//! for a key, and what is done around them.
 //!
-//! Every add, hand-out and lease end takes that lock once, briefly: keys
-//! are hashed and clocks read before it is taken, and tasks are woken and
-//! metrics told after it is released ([`Effects`] carries what to do, and
-//! [`release`](Shared::release) does it). A consumer that finds nothing
-//! ready registers in the state's [`Waiters`](crate::waiters) in that same
-//! critical section, and each key that becomes ready wakes one registered
-//! consumer, never all of them: a wait costs one lock round to register and
-//! one to look again once woken. What a consumer keeps between polls is a
-//! [`Wait`], a waiter number and nothing pinned, so a [`WorkQueue`] polled
-//! as a stream keeps it inline.
+//! Every add and lease end takes the lock of its key's shard once, briefly,
+//! and a hand-out the lock of the shard whose next key ranks first: keys
+//! are hashed and clocks read before a lock is taken, and tasks are woken
+//! and metrics told after it is released ([`Effects`] carries what to do,
+//! and [`release`](Shared::release) does it).
+//!
+//! # Waiting consumers
+//!
+//! A consumer that finds no key in any shard registers in the waiting
+//! consumers' table (its own small lock), and each key that becomes ready
+//! wakes one registered consumer, never all of them. Registering and the
+//! look that found nothing cannot be one critical section across all
+//! shards, so the two sides order themselves through sequentially
+//! consistent memory instead: a consumer counts itself in `sleepers`, then
+//! (after a fence) reads every shard's mark again; a producer publishes
+//! the mark of the key it made ready, then (after a fence) reads
+//! `sleepers`. One of the two sees the other: either the consumer finds the
+//! key and takes it, or the producer finds the consumer and wakes it. A
+//! producer with no one asleep touches no lock but its shard's. What a
+//! consumer keeps between polls is a [`Wait`], a waiter number and nothing
+//! pinned, so a [`WorkQueue`](crate::WorkQueue) polled as a stream keeps it inline.
 //! [`WorkQueue`](crate::WorkQueue), [`WorkItem`] and the timer task are
 //! handles to it.
 
@@ -29,18 +41,59 @@ use crate::limiter::RateLimiter;
 use crate::metrics::{MetricsHook, Snapshot, Source};
 use crate::ordering::Ordering;
 use crate::prefetch::SharedLayout;
-use crate::state::{Effects, MAX_DELAY, Refused, State, When};
+use crate::shard::{self, Marks, Shard};
+use crate::state::{Counters, Effects, MAX_DELAY, Popped, Refused, State, When};
+use crate::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst, fence};
 use crate::sync::{Arc, Mutex, MutexGuard, Notify};
 use crate::throttle::Throttle;
-use crate::waiters::{Found, WaiterId, WakeList};
+use crate::waiters::{Found, WaiterId, Waiters, WakeList};
+
+/// What a hand-out found.
+enum Taken<K> {
+    /// A key, from this shard.
+    Key(usize, Popped<K>),
+    /// No key ready.
+    Empty,
+    /// A key, behind a lock another thread holds.
+    Busy,
+}
+
+/// How often a hand-out looks again at the marks when the lock of the
+/// shard it chose is taken, before it waits for that lock or yields.
+#[cfg(not(tokio_workqueue_loom))]
+const TRIES: u32 = 32;
+/// Once under loom: each look is a branch of the model.
+#[cfg(tokio_workqueue_loom)]
+const TRIES: u32 = 1;
+
+/// Hashes keys: to find their shard, and in the shard's index.
+#[cfg(not(tokio_workqueue_loom))]
+type KeyHasher = hashbrown::DefaultHashBuilder;
+/// A hasher without a random seed, so that every loom run puts each key in
+/// the same shard.
+#[cfg(tokio_workqueue_loom)]
+type KeyHasher = std::hash::BuildHasherDefault<std::collections::hash_map::DefaultHasher>;
 
 pub(crate) struct Shared<K, O: Ordering<K>> {
-    pub(crate) state: Mutex<State<K, O>>,
+    pub(crate) shards: Box<[Shard<K, O>]>,
+    /// What each shard shows without its lock.
+    marks: Marks,
+    /// Shards minus one: their number is a power of two.
+    mask: usize,
+    /// The first shard's epoch, which every shard's delays count from.
+    epoch: Instant,
+    /// Serve keys ready this long first (the starvation bound), in
+    /// nanoseconds.
+    promote_after: Option<u64>,
+    /// Consumers waiting for a key.
+    waiters: Mutex<Waiters>,
+    /// Consumers registered in `waiters` and not yet notified.
+    sleepers: AtomicUsize,
+    /// Set by the first shutdown, once every shard is shut down.
+    shutting_down: AtomicBool,
     /// Woken at shutdown and when the last key is done: drains and `closed`.
     pub(crate) drained: Notify,
-    hasher: hashbrown::DefaultHashBuilder,
-    /// Where the key index is, for prefetching outside the lock.
-    layout: SharedLayout,
+    hasher: KeyHasher,
     pub(crate) limiter: Box<dyn RateLimiter<K>>,
     pub(crate) metrics: Option<Box<dyn MetricsHook>>,
     pub(crate) name: String,
@@ -50,9 +103,11 @@ pub(crate) struct Shared<K, O: Ordering<K>> {
     /// Starts the timer task; a function pointer so that code without `K`'s
     /// bounds (the lease end in `Drop`) can requeue with a delay.
     pub(crate) start_timer: StartTimer<K, O>,
+    /// The timer task, once a delayed add started it.
+    pub(crate) timer_task: Mutex<Option<tokio::task::AbortHandle>>,
 }
 
-pub(crate) type StartTimer<K, O> = fn(&Arc<Shared<K, O>>, &mut State<K, O>) -> Result<(), AddError>;
+pub(crate) type StartTimer<K, O> = fn(&Arc<Shared<K, O>>) -> Result<(), AddError>;
 
 /// A consumer's wait for a key, kept between polls (by a `get` future, or
 /// by a [`WorkQueue`](crate::WorkQueue) polled as a stream): its place among
@@ -69,8 +124,11 @@ pub(crate) struct Wait {
 }
 
 impl<K, O: Ordering<K>> Shared<K, O> {
+    /// A queue of the shards `states` (a power of two of them).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
-        state: State<K, O>,
+        mut states: Vec<State<K, O>>,
+        promote_after: Option<Duration>,
         limiter: Box<dyn RateLimiter<K>>,
         metrics: Option<Box<dyn MetricsHook>>,
         name: String,
@@ -78,18 +136,86 @@ impl<K, O: Ordering<K>> Shared<K, O> {
         throttle: Option<Box<dyn Throttle>>,
         start_timer: StartTimer<K, O>,
     ) -> Self {
+        let shards = states.len();
+        assert!(shards.is_power_of_two());
+        let epoch = states[0].epoch();
+        if shards > 1 {
+            let counters = Arc::new(Counters::default());
+            for (i, st) in states.iter_mut().enumerate() {
+                st.join_shards(i as u32, counters.clone(), epoch);
+            }
+        }
         Shared {
-            state: Mutex::new(state),
+            shards: states
+                .into_iter()
+                .map(|st| Shard {
+                    state: Mutex::new(st),
+                    layout: SharedLayout::default(),
+                })
+                .collect(),
+            marks: Marks::new(shards),
+            mask: shards - 1,
+            epoch,
+            promote_after: promote_after.map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+            waiters: Mutex::new(Waiters::default()),
+            sleepers: AtomicUsize::new(0),
+            shutting_down: AtomicBool::new(false),
             drained: Notify::new(),
-            hasher: hashbrown::DefaultHashBuilder::default(),
-            layout: SharedLayout::default(),
+            hasher: KeyHasher::default(),
             limiter,
             metrics,
             name,
             track,
             throttle,
             start_timer,
+            timer_task: Mutex::new(None),
         }
+    }
+
+    /// The shard of a key hashed to `h`. The index of a shard uses the
+    /// hash's low bits; the shard is taken from high ones.
+    #[inline]
+    fn shard_of(&self, h: u64) -> usize {
+        ((h >> 40) as usize) & self.mask
+    }
+
+    /// Whether a shutdown has shut every shard down.
+    pub(crate) fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(SeqCst)
+    }
+
+    /// Shut down, with nothing left to hand out now or later.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.marks.all_closed()
+    }
+
+    /// Shut down, with nothing left to hand out and nothing leased.
+    pub(crate) fn is_drained(&self) -> bool {
+        self.marks.all_drained()
+    }
+
+    /// Whether any shard has a key ready.
+    fn any_ready(&self) -> bool {
+        self.marks.any_ready()
+    }
+
+    /// Keys ready now, across the shards.
+    pub(crate) fn ready_len(&self) -> usize {
+        self.shards.iter().map(|s| s.state.lock().ready_len()).sum()
+    }
+
+    /// Shuts every shard down, keeping the delays due by `keep_until`;
+    /// `dropped` hears of each key whose delay is dropped.
+    pub(crate) fn shut_down(&self, keep_until: Option<Instant>, dropped: &mut dyn FnMut(&K)) {
+        for i in 0..self.shards.len() {
+            let mut st = self.shards[i].state.lock();
+            let fx = st.shutdown_keeping(keep_until, dropped);
+            self.release(i, st, fx);
+        }
+        // Only once every shard refuses adds: whoever sees the flag set
+        // sees every add after it refused.
+        self.shutting_down.store(true, SeqCst);
+        self.drained.notify_waiters();
     }
 }
 
@@ -99,12 +225,14 @@ impl<K: Key, O: Ordering<K>> Shared<K, O> {
     /// task of an earlier one still runs). Asked before the limiter, which counts a
     /// failure each time it is asked, so that a refused add counts none.
     pub(crate) fn can_rate_limit(&self) -> Result<(), AddError> {
-        let st = self.state.lock();
-        if st.is_shutdown() {
+        if self.is_shutting_down() {
             return Err(AddError::ShuttingDown);
         }
-        let timer_alive = st.timer_running();
-        drop(st);
+        let timer_alive = self
+            .timer_task
+            .lock()
+            .as_ref()
+            .is_some_and(|t| !t.is_finished());
         if timer_alive {
             return Ok(());
         }
@@ -125,119 +253,230 @@ impl<K: Key, O: Ordering<K>> Shared<K, O> {
             Some(now) if !delay.is_zero() => When::At(now + delay),
             _ => When::Now,
         };
-        // The lookup's cache misses start before the lock is taken.
-        self.layout.load().prefetch(h);
-        let mut st = self.state.lock();
-        if when != When::Now && !st.is_shutdown() {
-            (self.start_timer)(self, &mut st)?;
+        if when != When::Now && !self.is_shutting_down() {
+            (self.start_timer)(self)?;
         }
+        let i = self.shard_of(h);
+        let shard = &self.shards[i];
+        // The lookup's cache misses start before the lock is taken.
+        shard.layout.load().prefetch(h);
+        let mut st = shard.state.lock();
         let fx = st
             .add(key, h, priority, when, now.filter(|_| self.track))
             .map_err(refused)?;
-        self.layout.publish(st.layout());
-        self.release(st, fx);
+        shard.layout.publish(st.layout());
+        self.release(i, st, fx);
         if retry && let Some(m) = &self.metrics {
             m.retry();
         }
         Ok(())
     }
 
+    /// Hands out the key that ranks first across the shards, if any is
+    /// ready: the shard's number and the key.
+    ///
+    /// The shard's lock taken is usually another consumer taking that
+    /// shard's key, and once it has, the marks name the next best; so a few
+    /// looks come before anything else. After them, with `wait` false the
+    /// answer is [`Taken::Busy`] (an async consumer then yields its task
+    /// rather than park its thread: the holder may be growing the shard,
+    /// which takes a while); with `wait` true it waits for the lock.
+    fn pop(&self, now: Option<Instant>, wait: bool) -> Taken<K> {
+        let promote = self
+            .promote_after
+            .zip(now)
+            .map(|(after, now)| (after, shard::nanos_since(self.epoch, now)));
+        let mut tries = 0;
+        loop {
+            let Some(pick) = shard::pick(&self.marks, promote) else {
+                return Taken::Empty;
+            };
+            let i = pick.shard();
+            let mut st = match self.shards[i].state.try_lock() {
+                Some(st) => st,
+                None if tries < TRIES => {
+                    tries += 1;
+                    crate::sync::spin();
+                    continue;
+                }
+                None if !wait => {
+                    crate::sync::spin();
+                    return Taken::Busy;
+                }
+                None => self.shards[i].state.lock(),
+            };
+            // Another consumer took the key the marks showed: the shard's
+            // next one may not be the first any more.
+            if !pick.holds(&mut st) {
+                continue;
+            }
+            let popped = st.pop(now).expect("a shard whose mark shows a key has one");
+            let fx = st.closed_effects();
+            self.release(i, st, fx);
+            return Taken::Key(i, popped);
+        }
+    }
+
+    /// Takes a ready key now, if there is one, waiting for a shard's lock
+    /// if need be (for a drain that hands back what is left).
+    pub(crate) fn take_ready(self: &Arc<Self>) -> Option<WorkItem<K, O>> {
+        let now = self.track.then(Instant::now);
+        match self.pop(now, true) {
+            Taken::Key(i, popped) => Some(self.item(i, popped, now)),
+            Taken::Empty | Taken::Busy => None,
+        }
+    }
+
+    /// The lease on a key just handed out.
+    fn item(
+        self: &Arc<Self>,
+        shard: usize,
+        popped: Popped<K>,
+        now: Option<Instant>,
+    ) -> WorkItem<K, O> {
+        if let (Some(m), Some(now), Some(ready_at)) = (&self.metrics, now, popped.ready_at) {
+            m.handed_out(now.saturating_duration_since(ready_at));
+        }
+        WorkItem::new(
+            self.clone(),
+            popped.key,
+            shard as u32,
+            popped.slot,
+            popped.lease,
+            popped.priority,
+            now,
+        )
+    }
+
     /// Takes the next ready key, or registers `wait` to be woken when
     /// there may be one (the body of `get` and of the stream).
     ///
-    /// Finding nothing and registering are one critical section, so a key
-    /// added in between cannot be missed; a registered consumer that is
-    /// polled again looks again only if it was notified or keys are ready.
+    /// A registered consumer that is polled again looks again only if it
+    /// was notified or keys are ready.
     pub(crate) fn poll_take(
         self: &Arc<Self>,
         cx: &mut Context<'_>,
         wait: &mut Wait,
     ) -> Poll<Option<WorkItem<K, O>>> {
         // A consumer that finds nothing looks once more before it
-        // registers: releasing and retaking the lock gives a producer on
-        // another thread a moment to add, which is much cheaper than a
-        // wake-up through the scheduler.
+        // registers: that gives a producer on another thread a moment to
+        // add, which is much cheaper than a wake-up through the scheduler.
         let mut second_look = wait.waiter.is_none();
         loop {
             if let Some(sleep) = &mut wait.throttled {
                 ready!(sleep.as_mut().poll(cx));
                 wait.throttled = None;
             }
-            let now = self.track.then(Instant::now);
-            let mut st = self.state.lock();
             if let Some(id) = wait.waiter {
-                match st.waiters.poll(id, cx.waker()) {
-                    Found::Waiting if st.ready_len() == 0 => return Poll::Pending,
+                let mut waiters = self.waiters.lock();
+                match waiters.poll(id, cx.waker()) {
+                    Found::Waiting if !self.any_ready() && !self.is_closed() => {
+                        return Poll::Pending;
+                    }
                     // Keys are ready, though not for this one: it takes one.
-                    Found::Waiting => _ = st.waiters.cancel(id),
+                    Found::Waiting => {
+                        _ = waiters.cancel(id);
+                        self.count_sleepers(&waiters);
+                    }
                     Found::Notified => {}
                 }
+                drop(waiters);
                 wait.waiter = None;
             }
-            if st.ready_len() == 0 {
-                if st.is_closed() {
-                    return Poll::Ready(None);
-                }
-                if std::mem::take(&mut second_look) {
-                    drop(st);
-                    continue;
-                }
-                wait.waiter = Some(st.waiters.register(cx.waker()));
-                return Poll::Pending;
-            }
             if let Some(throttle) = &self.throttle
+                && self.any_ready()
                 && let Err(pause) = throttle.try_acquire()
             {
-                drop(st);
                 wait.throttled = Some(Box::pin(tokio::time::sleep(pause)));
                 continue;
             }
-            let popped = st.pop(now).expect("a ready key");
-            let fx = st.closed_effects();
-            self.release(st, fx);
-            if let (Some(m), Some(now), Some(ready_at)) = (&self.metrics, now, popped.ready_at) {
-                m.handed_out(now.saturating_duration_since(ready_at));
+            let now = self.track.then(Instant::now);
+            match self.pop(now, false) {
+                Taken::Key(i, popped) => return Poll::Ready(Some(self.item(i, popped, now))),
+                Taken::Busy => {
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+                Taken::Empty => {}
             }
-            return Poll::Ready(Some(WorkItem::new(
-                self.clone(),
-                popped.key,
-                popped.slot,
-                popped.lease,
-                popped.priority,
-                now,
-            )));
+            if self.is_closed() {
+                return Poll::Ready(None);
+            }
+            if std::mem::take(&mut second_look) {
+                continue;
+            }
+            let mut waiters = self.waiters.lock();
+            wait.waiter = Some(waiters.register(cx.waker()));
+            self.count_sleepers(&waiters);
+            drop(waiters);
+            // Pairs with the fence in `release`: either this look sees the
+            // key a producer just made ready, or the producer sees this
+            // consumer registered and wakes it.
+            fence(SeqCst);
+            if !self.any_ready() && !self.is_closed() {
+                return Poll::Pending;
+            }
+            // Something came: the next round unregisters and takes it.
         }
     }
 
     pub(crate) fn snapshot(&self) -> Snapshot {
-        let st = self.state.lock();
-        let counts = st.counts();
-        let starts = st.lease_starts();
-        drop(st);
+        let mut ready_by_priority: Vec<(i32, usize)> = Vec::new();
+        let (mut in_flight, mut waiting) = (0, 0);
+        let mut starts = Vec::new();
+        for shard in self.shards.iter() {
+            let st = shard.state.lock();
+            let counts = st.counts();
+            starts.extend(st.lease_starts());
+            drop(st);
+            for (priority, n) in counts.ready_by_priority {
+                match ready_by_priority.iter_mut().find(|(p, _)| *p == priority) {
+                    Some((_, m)) => *m += n,
+                    None => ready_by_priority.push((priority, n)),
+                }
+            }
+            in_flight += counts.leased;
+            waiting += counts.waiting;
+        }
+        ready_by_priority.sort_unstable_by_key(|&(p, _)| std::cmp::Reverse(p));
         let now = Instant::now();
         let ran = |at: &Instant| now.saturating_duration_since(*at);
         Snapshot {
-            ready_by_priority: counts.ready_by_priority,
-            in_flight: counts.leased,
-            waiting: counts.waiting,
+            ready_by_priority,
+            in_flight,
+            waiting,
             unfinished_work: starts.iter().map(ran).sum(),
-            longest_running: starts.first().map(ran).unwrap_or_default(),
+            longest_running: starts.iter().min().map(ran).unwrap_or_default(),
         }
     }
 }
 
 impl<K, O: Ordering<K>> Shared<K, O> {
-    /// Releases the lock and does what a state change asked for: consumers
-    /// to wake are picked under the lock and woken after it, with the
-    /// rest (drain waiters, the timer task, metrics).
-    pub(crate) fn release(&self, mut st: MutexGuard<'_, State<K, O>>, mut fx: Effects) {
+    /// Publishes shard `i`'s mark, releases its lock and does what the
+    /// state change asked for: a consumer to wake for each key made ready
+    /// (if any is asleep), everyone at a close or drain, the timer task,
+    /// metrics.
+    pub(crate) fn release(&self, i: usize, mut st: MutexGuard<'_, State<K, O>>, mut fx: Effects) {
+        let published = self.marks.publish(i, &mut st, self.promote_after.is_some());
+        drop(st);
         let mut wake = WakeList::default();
         if fx.wake_all {
-            st.waiters.notify_all(&mut wake);
-        } else {
-            st.waiters.notify(fx.wake, &mut wake);
+            let mut waiters = self.waiters.lock();
+            waiters.notify_all(&mut wake);
+            self.count_sleepers(&waiters);
+        } else if fx.wake > 0 {
+            // Pairs with the fence of a consumer going to sleep (see
+            // `poll_take`): a rank just written with `SeqCst` is ordered
+            // before the load below already.
+            if !published {
+                fence(SeqCst);
+            }
+            if self.sleepers.load(SeqCst) > 0 {
+                let mut waiters = self.waiters.lock();
+                waiters.notify(fx.wake, &mut wake);
+                self.count_sleepers(&waiters);
+            }
         }
-        drop(st);
         wake.wake();
         if fx.wake_all {
             self.drained.notify_waiters();
@@ -252,6 +491,10 @@ impl<K, O: Ordering<K>> Shared<K, O> {
         }
     }
 
+    fn count_sleepers(&self, waiters: &Waiters) {
+        self.sleepers.store(waiters.waiting(), SeqCst);
+    }
+
     /// Ends a wait that stops before it got a key (a dropped `get` or
     /// stream): unregisters it, and passes a wake-up it had received, but
     /// not used, to the next waiting consumer.
@@ -260,13 +503,14 @@ impl<K, O: Ordering<K>> Shared<K, O> {
         let Some(id) = wait.waiter.take() else {
             return;
         };
-        let mut st = self.state.lock();
-        let pass_on = st.waiters.cancel(id) && st.ready_len() > 0;
-        let fx = Effects {
-            wake: u32::from(pass_on),
-            ..Effects::default()
-        };
-        self.release(st, fx);
+        let mut wake = WakeList::default();
+        let mut waiters = self.waiters.lock();
+        if waiters.cancel(id) && self.any_ready() {
+            waiters.notify(1, &mut wake);
+        }
+        self.count_sleepers(&waiters);
+        drop(waiters);
+        wake.wake();
     }
 }
 
@@ -284,7 +528,7 @@ impl<K: Key, O: Ordering<K>> Source for Shared<K, O> {
 
 impl<K, O: Ordering<K>> Drop for Shared<K, O> {
     fn drop(&mut self) {
-        if let Some(task) = self.state.get_mut().timer_task.take() {
+        if let Some(task) = self.timer_task.get_mut().take() {
             task.abort();
         }
     }

@@ -1,4 +1,5 @@
-//! The queue's state machine: one entry per key, kept under one lock.
+//! The queue's state machine: one entry per key, kept under a lock (one
+//! per shard of the queue, see [`crate::shard`]).
 //!
 //! Every key the queue knows has one [`Node`] in a slab. A node is in exactly
 //! one [`Place`]:
@@ -61,7 +62,9 @@ use hashbrown::hash_table::Entry;
 
 use crate::ordering::{Handle, Ordering, Queued};
 use crate::prefetch::{self, IndexLayout};
-use crate::waiters::Waiters;
+use crate::shard;
+use crate::sync::Arc;
+use crate::sync::atomic::{AtomicU32, Ordering as AtomicOrdering};
 use tokio::time::Instant;
 
 /// "No slot": the end of a list.
@@ -113,6 +116,8 @@ pub(crate) enum Place<E> {
 /// any other entry for its slot is stale.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct TimerEntry {
+    /// The shard of the queue whose slot this is.
+    pub(crate) shard: u32,
     pub(crate) slot: u32,
     pub(crate) seq: u32,
     pub(crate) at: u64,
@@ -135,6 +140,31 @@ pub(crate) struct Node<K, E> {
     /// Ready: its priority, as the ordering was told. Waiting or dirty: the
     /// priority it will become ready with.
     pub(crate) priority: i32,
+}
+
+/// What a shard of a queue of several keeps beside its keys: the counters
+/// all shards draw from, so that keys made ready (and delays set) in
+/// different shards are numbered in one order, and the number each ready
+/// key drew (see [`crate::shard`]).
+#[derive(Debug)]
+pub(crate) struct Ranks {
+    pub(crate) counters: Arc<Counters>,
+    /// Each slot's number, drawn when its key becomes ready and again when
+    /// it is raised: its place in the order.
+    seqs: Vec<u32>,
+    /// With a starvation bound, each slot's number as drawn when its key
+    /// became ready (a raise keeps its age): breaks ties between keys ready
+    /// at the same time.
+    ages: Vec<u32>,
+}
+
+/// The counters the shards of one queue share.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    /// Numbers keys made ready.
+    ready: AtomicU32,
+    /// Numbers delays in the order they were set.
+    timers: AtomicU32,
 }
 
 /// A slot's links in the age list of ready keys.
@@ -300,10 +330,14 @@ pub(crate) struct State<K, O: Ordering<K>> {
     /// Serve keys older than this first, oldest first.
     promote_after: Option<Duration>,
     shutdown: bool,
-    /// Consumers waiting for a key.
-    pub(crate) waiters: Waiters,
-    /// The timer task, once a delayed add started it.
-    pub(crate) timer_task: Option<tokio::task::AbortHandle>,
+    /// With other shards: the numbers that order this one's keys among
+    /// theirs.
+    ranks: Option<Ranks>,
+    /// This state's place among its queue's shards.
+    shard: u32,
+    /// The rank [`head_rank`](Self::head_rank) last found, while the key it
+    /// names is still the next: `None` once that may have changed.
+    head: Option<u64>,
 }
 
 impl<K, O: Ordering<K>> std::fmt::Debug for State<K, O> {
@@ -484,11 +518,6 @@ impl<K, O: Ordering<K>> State<K, O> {
         self.index = index;
     }
 
-    /// Whether a timer task is running for this queue.
-    pub(crate) fn timer_running(&self) -> bool {
-        self.timer_task.as_ref().is_some_and(|t| !t.is_finished())
-    }
-
     /// Where the index keeps its groups now.
     pub(crate) fn layout(&self) -> IndexLayout {
         self.layout
@@ -527,13 +556,10 @@ impl<K, O: Ordering<K>> State<K, O> {
             }),
             promote_after,
             shutdown: false,
-            waiters: Waiters::default(),
-            timer_task: None,
+            ranks: None,
+            shard: 0,
+            head: None,
         }
-    }
-
-    pub(crate) fn is_shutdown(&self) -> bool {
-        self.shutdown
     }
 
     /// Shut down with no delay left to fire: the timer task may end.
@@ -653,12 +679,44 @@ impl<K, O: Ordering<K>> State<K, O> {
             priority,
         );
         self.ready_len += 1;
+        // A key at the next key's priority or below goes behind it, in an
+        // ordering that splits.
+        if self
+            .head
+            .is_some_and(|r| r == shard::EMPTY || priority > shard::priority(r))
+        {
+            self.head = None;
+        }
+        if let Some(seq) = self.draw_rank(slot)
+            && let Some(r) = &mut self.ranks
+            && self.times.as_ref().is_some_and(|t| t.age_list)
+        {
+            let i = slot as usize;
+            if r.ages.len() <= i {
+                r.ages.resize(self.nodes.len(), 0);
+            }
+            r.ages[i] = seq;
+        }
         if let Some(t) = &mut self.times {
             t.ready_at[slot as usize] = now.unwrap_or_else(Instant::now);
             if t.age_list {
                 t.push_back(slot);
             }
         }
+    }
+
+    /// Numbers the key at `slot`, just made ready (or raised), among every
+    /// shard's ready keys.
+    #[inline]
+    fn draw_rank(&mut self, slot: u32) -> Option<u32> {
+        let r = self.ranks.as_mut()?;
+        let seq = r.counters.ready.fetch_add(1, AtomicOrdering::Relaxed);
+        let i = slot as usize;
+        if r.seqs.len() <= i {
+            r.seqs.resize(self.nodes.len(), 0);
+        }
+        r.seqs[i] = seq;
+        Some(seq)
     }
 
     /// Merges another add into the live node at `slot`: the earliest ready
@@ -682,6 +740,10 @@ impl<K, O: Ordering<K>> State<K, O> {
                 // kept.
                 if priority > old {
                     self.nodes[slot as usize].priority = priority;
+                    // A raise goes to the back of its new level, in every
+                    // shard's eyes too.
+                    _ = self.draw_rank(slot);
+                    self.head = None;
                 }
                 self.order.touch(
                     &mut Queued::new(&mut self.nodes),
@@ -753,9 +815,12 @@ impl<K, O: Ordering<K>> State<K, O> {
         if self.deferred.is_empty() {
             fx.timer_waker = fx.timer_waker.take().or_else(|| self.wake_timer());
         }
-        let seq = seq.unwrap_or_else(|| {
-            self.timer_seq = self.timer_seq.wrapping_add(1);
-            self.timer_seq
+        let seq = seq.unwrap_or_else(|| match &self.ranks {
+            Some(r) => r.counters.timers.fetch_add(1, AtomicOrdering::Relaxed),
+            None => {
+                self.timer_seq = self.timer_seq.wrapping_add(1);
+                self.timer_seq
+            }
         });
         let at = self.nanos(deadline);
         self.nodes[slot as usize].place = if leased {
@@ -763,7 +828,12 @@ impl<K, O: Ordering<K>> State<K, O> {
         } else {
             Place::Waiting { seq, at }
         };
-        self.deferred.push(TimerEntry { slot, seq, at });
+        self.deferred.push(TimerEntry {
+            shard: self.shard,
+            slot,
+            seq,
+            at,
+        });
         self.wheel_entries += 1;
         let stale = self.wheel_entries.saturating_sub(self.waiting);
         if stale > self.nodes.len().max(STALE_SLACK) {
@@ -782,12 +852,16 @@ impl<K, O: Ordering<K>> State<K, O> {
     /// cure for stale entries, and the way a new task (after the runtime
     /// that ran the last one has gone) learns the delays. The caller wakes
     /// the task.
-    fn resend_timers(&mut self) {
+    pub(crate) fn resend_timers(&mut self) {
         self.deferred.clear();
         for (slot, node) in self.nodes.iter().enumerate() {
             if let Place::Waiting { seq, at } | Place::LeasedWaiting { seq, at } = node.place {
-                let slot = slot as u32;
-                self.deferred.push(TimerEntry { slot, seq, at });
+                self.deferred.push(TimerEntry {
+                    shard: self.shard,
+                    slot: slot as u32,
+                    seq,
+                    at,
+                });
             }
         }
         self.wheel_entries = self.deferred.len();
@@ -802,19 +876,28 @@ impl<K, O: Ordering<K>> State<K, O> {
         self.resend_timers();
     }
 
-    /// One round of the timer task under the lock: fires the `expired`
-    /// entries (in the order given), registers `waker` for new delays, and
-    /// swaps the delays set since the last round into `incoming` (which must
-    /// be empty). Returns whether the task must drop its wheel before
-    /// inserting them.
-    pub(crate) fn timer_round(
+    /// The timer task fires `expired` entries of this shard (in the order
+    /// given).
+    pub(crate) fn fire_expired(
         &mut self,
-        waker: &Waker,
         expired: impl IntoIterator<Item = TimerEntry>,
-        incoming: &mut Vec<TimerEntry>,
         now: Instant,
-    ) -> (Effects, bool) {
+    ) -> Effects {
         let mut fx = Effects::default();
+        let stamp = self.times.is_some().then_some(now);
+        for e in expired {
+            self.wheel_entries = self.wheel_entries.saturating_sub(1);
+            self.fire(e, stamp, &mut fx);
+        }
+        fx
+    }
+
+    /// The timer task takes the delays set since its last round: registers
+    /// `waker` to be woken by the next one, and swaps them into `incoming`
+    /// (which must be empty). Returns whether the task must drop its wheel
+    /// before inserting them (they are then every live delay of this
+    /// shard).
+    pub(crate) fn take_delays(&mut self, waker: &Waker, incoming: &mut Vec<TimerEntry>) -> bool {
         if !self
             .timer_waker
             .as_ref()
@@ -822,14 +905,23 @@ impl<K, O: Ordering<K>> State<K, O> {
         {
             self.timer_waker = Some(waker.clone());
         }
-        let stamp = self.times.is_some().then_some(now);
-        for e in expired {
-            self.wheel_entries = self.wheel_entries.saturating_sub(1);
-            self.fire(e, stamp, &mut fx);
-        }
         debug_assert!(incoming.is_empty());
         std::mem::swap(incoming, &mut self.deferred);
-        (fx, std::mem::take(&mut self.fresh_wheel))
+        std::mem::take(&mut self.fresh_wheel)
+    }
+
+    /// [`fire_expired`](Self::fire_expired), then
+    /// [`take_delays`](Self::take_delays).
+    #[cfg(test)]
+    pub(crate) fn timer_round(
+        &mut self,
+        waker: &Waker,
+        expired: impl IntoIterator<Item = TimerEntry>,
+        incoming: &mut Vec<TimerEntry>,
+        now: Instant,
+    ) -> (Effects, bool) {
+        let fx = self.fire_expired(expired, now);
+        (fx, self.take_delays(waker, incoming))
     }
 
     fn set(&mut self, slot: u32, place: Place<O::Entry>, priority: i32) {
@@ -899,6 +991,7 @@ impl<K, O: Ordering<K>> State<K, O> {
             not_ready(slot);
         }
         self.ready_len -= 1;
+        self.head = None;
         self.prefetch_head();
         let mut ready_at = None;
         let mut lease = NIL;
@@ -1017,6 +1110,7 @@ impl<K, O: Ordering<K>> State<K, O> {
     }
 
     /// Refuses further adds and drops every pending delay.
+    #[cfg(test)]
     pub(crate) fn shutdown(&mut self) -> Effects {
         self.shutdown_keeping(None, &mut |_| {})
     }
@@ -1071,6 +1165,60 @@ impl<K, O: Ordering<K>> State<K, O> {
         }
         fx.wake_all = true;
         fx
+    }
+
+    /// The rank (see [`crate::shard`]) of the key the ordering would hand
+    /// out next: [`shard::EMPTY`] if none is ready.
+    pub(crate) fn head_rank(&mut self) -> u64 {
+        if let Some(rank) = self.head {
+            return rank;
+        }
+        let rank = self.find_head_rank();
+        self.head = Some(rank);
+        rank
+    }
+
+    fn find_head_rank(&mut self) -> u64 {
+        if self.ready_len == 0 {
+            return shard::EMPTY;
+        }
+        let queued = Queued::new(&mut self.nodes);
+        let Some(next) = self.order.prefetch_next(&queued) else {
+            // An ordering that splits names its next key.
+            return shard::rank(i32::MAX, 0);
+        };
+        let i = next.index();
+        let seq = self.ranks.as_ref().map_or(0, |r| r.seqs[i]);
+        shard::rank(self.nodes[i].priority, seq)
+    }
+
+    /// When the oldest ready key became ready, in nanoseconds from the
+    /// epoch (with a starvation bound; `None` without one, or if no key is
+    /// ready).
+    /// The number it drew breaks ties between keys ready at the same time.
+    pub(crate) fn oldest_ready(&self) -> Option<(u64, u32)> {
+        let t = self.times.as_ref().filter(|t| t.age_list)?;
+        let head = t.ready.head;
+        let seq = |r: &Ranks| r.ages[head as usize];
+        (head != NIL).then(|| {
+            (
+                self.nanos(t.ready_at[head as usize]),
+                self.ranks.as_ref().map_or(0, seq),
+            )
+        })
+    }
+
+    /// Makes this state one of a queue's shards: `index` goes into its
+    /// delays' entries, `counters` number its ready keys and delays, and
+    /// deadlines count from `epoch` (one for all shards).
+    pub(crate) fn join_shards(&mut self, index: u32, counters: Arc<Counters>, epoch: Instant) {
+        self.shard = index;
+        self.epoch = epoch;
+        self.ranks = Some(Ranks {
+            counters,
+            seqs: Vec::new(),
+            ages: Vec::new(),
+        });
     }
 
     /// After a pop: tell everyone if that was the last key there will be.

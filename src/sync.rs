@@ -1,7 +1,7 @@
 //! The synchronisation primitives the queue is built on, swappable for loom's.
 //!
 //! Normal builds use `parking_lot`'s mutex and tokio's `Notify` (for drain
-//! waiters; consumers wait in the state's own waiter table). Built with
+//! waiters; consumers wait in the queue's own waiter table). Built with
 //! `RUSTFLAGS="--cfg tokio_workqueue_loom"`, the mutex is loom's (wrapped to
 //! keep `parking_lot`'s API: `lock()` returns the guard, no `Result`) and
 //! `Notify` is a small loom-based stand-in for tokio's, so loom can explore
@@ -22,6 +22,30 @@
 //! - The rate limiters' own locks, which the models do not use.
 
 pub(crate) use std::sync::Arc;
+
+/// A pause in a loop that waits for another thread: a hint to the CPU, or
+/// under loom a yield, so that the model schedules the other thread.
+#[inline]
+pub(crate) fn spin() {
+    #[cfg(not(tokio_workqueue_loom))]
+    std::hint::spin_loop();
+    #[cfg(tokio_workqueue_loom)]
+    loom::thread::yield_now();
+}
+
+/// Atomics: loom's under the loom cfg, so the models explore the shards'
+/// marks and the sleeping-consumer count.
+pub(crate) mod atomic {
+    #[cfg(not(tokio_workqueue_loom))]
+    pub(crate) use std::sync::atomic::{
+        AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+    };
+
+    #[cfg(tokio_workqueue_loom)]
+    pub(crate) use loom::sync::atomic::{
+        AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+    };
+}
 
 #[cfg(not(tokio_workqueue_loom))]
 pub(crate) use parking_lot::{Mutex, MutexGuard};
@@ -51,6 +75,10 @@ mod loom_impl {
 
         pub(crate) fn lock(&self) -> loom::sync::MutexGuard<'_, T> {
             self.0.lock().expect("a poisoned lock")
+        }
+
+        pub(crate) fn try_lock(&self) -> Option<loom::sync::MutexGuard<'_, T>> {
+            self.0.try_lock().ok()
         }
 
         pub(crate) fn get_mut(&mut self) -> &mut T {

@@ -27,7 +27,7 @@ use tokio_util::time::DelayQueue;
 use crate::error::AddError;
 use crate::ordering::Ordering;
 use crate::shared::Shared;
-use crate::state::{State, TimerEntry};
+use crate::state::TimerEntry;
 
 /// How long an empty wheel may sit unpolled before an insert starts a fresh
 /// one: `DelayQueue` measures deadlines from its last poll and panics on one
@@ -37,26 +37,30 @@ const WHEEL_REFRESH: Duration = Duration::from_secs(30 * 24 * 60 * 60);
 
 /// Starts the timer task if there is none, or if the runtime that ran the
 /// last one has gone (its wheel went with it, so every pending delay is sent
-/// to the new task).
+/// to the new task). Called before the caller takes a shard's lock: this
+/// takes each shard's lock to resend its delays.
 pub(crate) fn ensure_running<K: Key, O: Ordering<K>>(
     shared: &Arc<Shared<K, O>>,
-    st: &mut State<K, O>,
 ) -> Result<(), AddError> {
-    if st.timer_running() {
+    let mut task = shared.timer_task.lock();
+    if task.as_ref().is_some_and(|t| !t.is_finished()) {
         return Ok(());
     }
     let handle = crate::clock::timed_handle()?;
-    if st.timer_task.is_some() {
-        st.restart_timers();
+    if task.is_some() {
+        for shard in shared.shards.iter() {
+            shard.state.lock().restart_timers();
+        }
     }
+    let epoch = shared.shards[0].state.lock().epoch();
     // Unconstrained: tokio's co-operative budget would otherwise cut a burst
     // of keys due in one millisecond into pieces, and the wheel hands those
     // out last-in first, so only a whole burst can be put back in order.
-    let task = handle.spawn(tokio::task::unconstrained(run(
+    let spawned = handle.spawn(tokio::task::unconstrained(run(
         Arc::downgrade(shared),
-        st.epoch(),
+        epoch,
     )));
-    st.timer_task = Some(task.abort_handle());
+    *task = Some(spawned.abort_handle());
     Ok(())
 }
 
@@ -68,8 +72,10 @@ struct Wheel {
     queue: DelayQueue<TimerEntry>,
     /// When `queue` was last polled.
     polled_at: Option<Instant>,
-    /// Entries taken from the queue, to insert.
+    /// Entries taken from the shards, to insert.
     incoming: Vec<TimerEntry>,
+    /// A buffer to swap with a shard's list of new delays.
+    spare: Vec<TimerEntry>,
     /// Entries expired, with the wheel's deadline: sorted, then fired
     /// under the lock next round.
     expired: Vec<(Instant, TimerEntry)>,
@@ -81,6 +87,7 @@ impl Wheel {
             queue: DelayQueue::new(),
             polled_at: None,
             incoming: Vec::new(),
+            spare: Vec::new(),
             expired: Vec::new(),
         }
     }
@@ -118,7 +125,14 @@ impl Wheel {
     }
 }
 
-/// `epoch` is the state's, which entries' deadlines count from.
+/// `epoch` is the shards', which entries' deadlines count from.
+///
+/// A round fires the expired entries in their order, taking each entry's
+/// shard's lock as the entries go from shard to shard (so keys due in one
+/// millisecond are made ready, and numbered, in the order their delays were
+/// set, whatever their shards), then takes every shard's new delays. If a
+/// shard asks for a fresh wheel, every shard sends all its live delays
+/// again, since dropping the wheel drops them all.
 async fn run<K: Key, O: Ordering<K>>(queue: Weak<Shared<K, O>>, epoch: Instant) {
     let mut wheel = Wheel::new();
     poll_fn(|cx| {
@@ -127,25 +141,50 @@ async fn run<K: Key, O: Ordering<K>>(queue: Weak<Shared<K, O>>, epoch: Instant) 
                 return Poll::Ready(());
             };
             let now = Instant::now();
-            let mut st = shared.state.lock();
-            if st.timers_done() {
+            let mut expired = wheel.expired.drain(..).map(|(_, e)| e).peekable();
+            while let Some(&first) = expired.peek() {
+                let i = first.shard as usize;
+                let mut st = shared.shards[i].state.lock();
+                let run = std::iter::from_fn(|| expired.next_if(|e| e.shard == first.shard));
+                let fx = st.fire_expired(run, now);
+                shared.release(i, st, fx);
+            }
+            drop(expired);
+            let mut fresh = false;
+            let mut done = true;
+            let mut taken = std::mem::take(&mut wheel.incoming);
+            for shard in shared.shards.iter() {
+                let mut st = shard.state.lock();
+                fresh |= st.take_delays(cx.waker(), &mut wheel.spare);
+                done &= st.timers_done();
+                drop(st);
+                taken.append(&mut wheel.spare);
+            }
+            if fresh {
+                // Dropping the wheel drops every shard's delays: all of them
+                // are sent again.
+                taken.clear();
+                for shard in shared.shards.iter() {
+                    let mut st = shard.state.lock();
+                    st.resend_timers();
+                    _ = st.take_delays(cx.waker(), &mut wheel.spare);
+                    drop(st);
+                    taken.append(&mut wheel.spare);
+                }
+            }
+            drop(shared);
+            if done {
                 return Poll::Ready(());
             }
-            let expired = wheel.expired.drain(..).map(|(_, e)| e);
-            let (fx, fresh) = st.timer_round(cx.waker(), expired, &mut wheel.incoming, now);
-            shared.release(st, fx);
-            drop(shared);
             if fresh {
                 wheel.reset();
             }
-            let mut incoming = std::mem::take(&mut wheel.incoming);
-            for e in incoming.drain(..) {
+            for e in taken.drain(..) {
                 wheel.insert(e, e.deadline(epoch));
             }
-            // Swapped with the queue's list next round: kept for reuse, but
-            // not at the size of a burst long gone.
-            incoming.shrink_to(KEEP_CAPACITY);
-            wheel.incoming = incoming;
+            // Kept for reuse, but not at the size of a burst long gone.
+            taken.shrink_to(KEEP_CAPACITY);
+            wheel.incoming = taken;
             wheel.polled_at = Some(now);
             while let Poll::Ready(Some(expired)) = wheel.queue.poll_expired(cx) {
                 let deadline = expired.deadline();

@@ -1,7 +1,8 @@
-//! The consumers waiting for a key, kept beside the state under its lock.
+//! The consumers waiting for a key, behind a small lock of their own.
 //!
-//! A consumer that finds nothing ready registers its waker here in the same
-//! critical section, and gets back a [`WaiterId`]: a plain number, so the
+//! A consumer that finds nothing ready registers its waker here (see
+//! `Shared` for how a key added meanwhile is not missed), and gets back a
+//! [`WaiterId`]: a plain number, so the
 //! wait it is in (a `get` future, or a [`WorkQueue`](crate::WorkQueue) polled
 //! as a stream) holds no pinned or boxed part. Each key that becomes ready
 //! notifies the longest-waiting consumer, one per key; a shutdown notifies
@@ -45,7 +46,6 @@ pub(crate) struct Waiters {
 
 impl Waiters {
     /// Consumers waiting and not yet notified.
-    #[cfg(test)]
     pub(crate) fn waiting(&self) -> usize {
         self.queue.len()
     }

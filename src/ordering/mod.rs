@@ -188,6 +188,26 @@ pub trait Ordering<K>: Send + 'static {
         let _ = queued;
         None
     }
+
+    /// An empty ordering like this one, for another shard of the queue
+    /// (see [`Builder::shards`](crate::Builder::shards)), or `None` (the
+    /// default) if this ordering cannot be split: the queue then has one
+    /// shard.
+    ///
+    /// A queue merges its shards' orderings by the rank of each one's next
+    /// key (its priority, then the order in which keys became ready or were
+    /// raised), so an ordering may answer `Some` only if it hands out
+    /// exactly that order: highest priority first, FIFO within a priority,
+    /// a key raised going to the back of its new level, and
+    /// [`prefetch_next`](Self::prefetch_next) naming the key `pop` would
+    /// return. [`Priorities`] does; [`TwoLanes`] (whose levels are lanes,
+    /// not priorities), [`Fifo`] and [`FairShare`] do not.
+    fn split(&self) -> Option<Self>
+    where
+        Self: Sized,
+    {
+        None
+    }
 }
 
 /// A ready key, as an [`Ordering`] knows it.

@@ -162,6 +162,11 @@ impl<K> Ordering<K> for Priorities {
     fn prefetch_next(&self, q: &Queued<'_, K, Links>) -> Option<Handle> {
         self.peek(q)
     }
+
+    /// Priorities hands out the order a queue merges its shards by.
+    fn split(&self) -> Option<Self> {
+        Some(Priorities::new())
+    }
 }
 
 /// Two lanes: keys of priority 0 and up (the [fast lane](Lane::Fast)) before
