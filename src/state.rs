@@ -92,8 +92,10 @@ pub(crate) enum Place<E> {
     Free {
         next_free: u32,
     },
-    /// Ready, with the ordering's entry.
-    Ready(E),
+    /// Ready, with the ordering's entry and, in a queue of several shards,
+    /// the number the key drew when it became ready or was raised (its
+    /// place in the order the shards are merged by, see [`crate::shard`]).
+    Ready(E, u32),
     /// Waiting on the wheel entry with this order number and deadline (the
     /// fields of a [`TimerEntry`], inline so that the node stays 48 bytes).
     Waiting {
@@ -145,13 +147,10 @@ pub(crate) struct Node<K, E> {
 /// What a shard of a queue of several keeps beside its keys: the counters
 /// all shards draw from, so that keys made ready (and delays set) in
 /// different shards are numbered in one order, and the number each ready
-/// key drew (see [`crate::shard`]).
+/// key drew, for its age (see [`crate::shard`]).
 #[derive(Debug)]
 pub(crate) struct Ranks {
     pub(crate) counters: Arc<Counters>,
-    /// Each slot's number, drawn when its key becomes ready and again when
-    /// it is raised: its place in the order.
-    seqs: Vec<u32>,
     /// With a starvation bound, each slot's number as drawn when its key
     /// became ready (a raise keeps its age): breaks ties between keys ready
     /// at the same time.
@@ -599,7 +598,7 @@ impl<K, O: Ordering<K>> State<K, O> {
         }
         let mut counts: Vec<(i32, usize)> = Vec::new();
         for node in &self.nodes {
-            if let Place::Ready(_) = node.place {
+            if let Place::Ready(..) = node.place {
                 match counts.iter_mut().find(|(p, _)| *p == node.priority) {
                     Some((_, n)) => *n += 1,
                     None => counts.push((node.priority, 1)),
@@ -672,7 +671,7 @@ impl<K, O: Ordering<K>> State<K, O> {
     fn make_ready(&mut self, slot: u32, priority: i32, now: Option<Instant>) {
         let node = &mut self.nodes[slot as usize];
         node.priority = priority;
-        node.place = Place::Ready(O::Entry::default());
+        node.place = Place::Ready(O::Entry::default(), 0);
         self.order.push(
             &mut Queued::new(&mut self.nodes),
             Handle::new(slot),
@@ -709,13 +708,11 @@ impl<K, O: Ordering<K>> State<K, O> {
     /// shard's ready keys.
     #[inline]
     fn draw_rank(&mut self, slot: u32) -> Option<u32> {
-        let r = self.ranks.as_mut()?;
+        let r = self.ranks.as_ref()?;
         let seq = r.counters.ready.fetch_add(1, AtomicOrdering::Relaxed);
-        let i = slot as usize;
-        if r.seqs.len() <= i {
-            r.seqs.resize(self.nodes.len(), 0);
+        if let Place::Ready(_, drawn) = &mut self.nodes[slot as usize].place {
+            *drawn = seq;
         }
-        r.seqs[i] = seq;
         Some(seq)
     }
 
@@ -734,7 +731,7 @@ impl<K, O: Ordering<K>> State<K, O> {
         let merged = old.max(priority);
         match (place, when) {
             (Place::Free { .. }, _) => unreachable!("index points at a free slot"),
-            (Place::Ready(_), _) => {
+            (Place::Ready(..), _) => {
                 // The ordering decides whether an add of a ready key moves
                 // it; its ready time, and so its place in the age list, is
                 // kept.
@@ -984,7 +981,7 @@ impl<K, O: Ordering<K>> State<K, O> {
         if !matches!(
             self.nodes.get(slot as usize),
             Some(Node {
-                place: Place::Ready(_),
+                place: Place::Ready(..),
                 ..
             })
         ) {
@@ -1047,7 +1044,14 @@ impl<K, O: Ordering<K>> State<K, O> {
         /// Slots from which the nodes, ready times and index outgrow a core's
         /// L2 cache (about 60 bytes a slot).
         const LARGE: usize = 1 << 15;
-        if self.nodes.len() < LARGE {
+        // A shard's keys share the cache with the other shards': it counts
+        // as large from the size a queue of all of them would be large at.
+        let large = if self.ranks.is_some() {
+            LARGE / 8
+        } else {
+            LARGE
+        };
+        if self.nodes.len() < large {
             return;
         }
         let queued = Queued::new(&mut self.nodes);
@@ -1187,9 +1191,11 @@ impl<K, O: Ordering<K>> State<K, O> {
             // An ordering that splits names its next key.
             return shard::rank(i32::MAX, 0);
         };
-        let i = next.index();
-        let seq = self.ranks.as_ref().map_or(0, |r| r.seqs[i]);
-        shard::rank(self.nodes[i].priority, seq)
+        let node = &self.nodes[next.index()];
+        let Place::Ready(_, seq) = node.place else {
+            not_ready(next.slot())
+        };
+        shard::rank(node.priority, seq)
     }
 
     /// When the oldest ready key became ready, in nanoseconds from the
@@ -1216,7 +1222,6 @@ impl<K, O: Ordering<K>> State<K, O> {
         self.epoch = epoch;
         self.ranks = Some(Ranks {
             counters,
-            seqs: Vec::new(),
             ages: Vec::new(),
         });
     }
@@ -1285,11 +1290,14 @@ mod tests {
     }
 
     #[test]
-    fn node_is_48_bytes_for_string_keys_with_each_built_in_ordering() {
+    fn node_is_48_bytes_for_string_keys_with_the_default_fifo_and_no_entry() {
         use crate::ordering::{FairShareEntry, Links};
         assert_eq!(std::mem::size_of::<Node<String, Links>>(), 48);
-        assert_eq!(std::mem::size_of::<Node<String, FairShareEntry>>(), 48);
         assert_eq!(std::mem::size_of::<Node<String, ()>>(), 48);
+        // A ready node's number (for merging shards) does not fit beside
+        // fair share's 12-byte entry: 8 bytes more, though fair share never
+        // splits.
+        assert_eq!(std::mem::size_of::<Node<String, FairShareEntry>>(), 56);
     }
 
     #[test]

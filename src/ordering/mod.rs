@@ -255,7 +255,7 @@ impl<'a, K, E> Queued<'a, K, E> {
     #[inline]
     fn node(&self, h: Handle) -> &Node<K, E> {
         let node = &self.nodes[h.index()];
-        if !matches!(node.place, Place::Ready(_)) {
+        if !matches!(node.place, Place::Ready(..)) {
             not_ready(h)
         }
         node
@@ -281,7 +281,7 @@ impl<'a, K, E> Queued<'a, K, E> {
     #[inline]
     pub fn entry(&self, h: Handle) -> &E {
         match &self.nodes[h.index()].place {
-            Place::Ready(e) => e,
+            Place::Ready(e, _) => e,
             _ => not_ready(h),
         }
     }
@@ -290,7 +290,7 @@ impl<'a, K, E> Queued<'a, K, E> {
     #[inline]
     pub fn entry_mut(&mut self, h: Handle) -> &mut E {
         match &mut self.nodes[h.index()].place {
-            Place::Ready(e) => e,
+            Place::Ready(e, _) => e,
             _ => not_ready(h),
         }
     }
