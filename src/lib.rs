@@ -171,12 +171,17 @@
 //! ```
 //!
 //! # Cost
-//! An undelayed queue runs no background task. Each add, hand-out and lease
-//! end takes one lock once, briefly; each key that becomes ready wakes at most
-//! one waiting consumer. A waiting consumer (a `get`, or the queue polled as
-//! a stream) keeps its wait inline and allocates nothing while it waits. A queue keeps, per key, one 48-byte slot (for `String`
-//! keys) and a 4-byte index entry; a key waiting on a delay also holds one
-//! timer entry, released when the key leaves the wait.
+//! An undelayed queue runs no background task. Its keys are split by hash
+//! across shards (8 by default, see [`Builder::shards`]), and each add,
+//! hand-out and lease end takes the lock of one shard once, briefly, so
+//! threads rarely wait for one another; the queue still hands out one order
+//! (highest priority first, FIFO within a priority). Each key that becomes
+//! ready wakes at most one waiting consumer, and with none waiting an add
+//! takes no other lock. A waiting consumer (a `get`, or the queue polled as
+//! a stream) keeps its wait inline and allocates nothing while it waits. A
+//! queue keeps, per key, one 48-byte slot (for `String` keys; 56 with
+//! [`FairShare`]) and a 4-byte index entry; a key waiting on a delay also
+//! holds one timer entry, released when the key leaves the wait.
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(rust_2018_idioms)]

@@ -1,7 +1,7 @@
 //! The queue handle: adds, hand-outs and shutdown.
 //!
 //! A [`WorkQueue`] is a cheap handle to the queue's [`Shared`] state (see
-//! `shared.rs` for the lock and the wake-ups); as a [`Stream`] it keeps the
+//! `shared.rs` for the shards and the wake-ups); as a [`Stream`] it keeps the
 //! wait of a consumer that found nothing ready, inline: a waiter number,
 //! nothing boxed.
 
@@ -218,7 +218,7 @@ impl<K: Key, O: Ordering<K>> WorkQueue<K, O> {
     /// Lease times are only kept when the queue has metrics or a starvation
     /// bound; otherwise the two durations are zero. The depth by priority is
     /// then also not kept as keys come and go, but counted by walking every
-    /// key's slot: O(keys) under the lock.
+    /// key's slot: O(keys) under the shards' locks, one shard at a time.
     pub fn snapshot(&self) -> Snapshot {
         self.shared.snapshot()
     }
