@@ -210,6 +210,11 @@ impl<K, O: Ordering<K>> WorkItem<K, O> {
         }
         let shard = self.shard as usize;
         let mut st = shared.shards[shard].state.lock();
+        // A shutdown refuses requeues from the moment it begins, as adds.
+        if readd.is_some() && shared.is_shutting_down() {
+            readd = None;
+            outcome = Err(AddError::ShuttingDown);
+        }
         let (fx, finished, forgotten) = st.finish(self.slot, self.lease, readd, now);
         let outcome = outcome.and(finished.map_err(refused));
         shared.release(shard, st, fx);

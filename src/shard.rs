@@ -23,6 +23,15 @@
 //! It never takes a key other than the first: skipping to the runner-up
 //! would be wrong when the lock's holder is a producer.
 //!
+//! The numbers are 32 bits and wrap; two keys compare by their distance,
+//! so the order across shards holds between keys of one priority drawn
+//! fewer than 2^31 numbers apart. Keys of one priority are handed out
+//! oldest first, so only a key kept waiting that long by higher
+//! priorities (two billion hand-outs and raises, about half an hour at a
+//! million a second) can be overtaken by a later key of its own priority
+//! in another shard; a starvation bound keeps keys from waiting so long.
+//! Within a shard the order is always kept.
+//!
 //! Only an ordering that hands out highest priority first and FIFO within a
 //! priority can be merged this way, so only such orderings split (they say
 //! so with [`Ordering::split`]: the
@@ -122,18 +131,12 @@ impl Marks {
     /// Publishes shard `i`'s next rank, oldest ready time (with a
     /// starvation bound, `promote`) and status, from `st` under its lock.
     /// Unchanged values are not written: a write takes the line from every
-    /// core that reads it. Returns whether the rank was written.
+    /// core that reads it.
     #[inline]
-    pub(crate) fn publish<K, O: Ordering<K>>(
-        &self,
-        i: usize,
-        st: &mut State<K, O>,
-        promote: bool,
-    ) -> bool {
+    pub(crate) fn publish<K, O: Ordering<K>>(&self, i: usize, st: &mut State<K, O>, promote: bool) {
         let rank = st.head_rank();
         let at = self.rank_of(i);
-        let written = at.load(Relaxed) != rank;
-        if written {
+        if at.load(Relaxed) != rank {
             // SeqCst: ordered before the producer's look at the sleeping
             // consumers (see `Shared::release`).
             at.store(rank, SeqCst);
@@ -150,7 +153,6 @@ impl Marks {
         if m.status.load(Relaxed) != status {
             m.status.store(status, SeqCst);
         }
-        written
     }
 
     /// Whether any shard has a key ready.

@@ -89,7 +89,8 @@ pub(crate) struct Shared<K, O: Ordering<K>> {
     waiters: Mutex<Waiters>,
     /// Consumers registered in `waiters` and not yet notified.
     sleepers: AtomicUsize,
-    /// Set by the first shutdown, once every shard is shut down.
+    /// Set by the first shutdown, before it shuts the shards down; adds
+    /// check it under their shard's lock.
     shutting_down: AtomicBool,
     /// Woken at shutdown and when the last key is done: drains and `closed`.
     pub(crate) drained: Notify,
@@ -121,6 +122,8 @@ pub(crate) type StartTimer<K, O> = fn(&Arc<Shared<K, O>>) -> Result<(), AddError
 pub(crate) struct Wait {
     waiter: Option<WaiterId>,
     throttled: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// A throttle token taken for a key not taken yet.
+    permit: bool,
 }
 
 impl<K, O: Ordering<K>> Shared<K, O> {
@@ -179,7 +182,7 @@ impl<K, O: Ordering<K>> Shared<K, O> {
         ((h >> 40) as usize) & self.mask
     }
 
-    /// Whether a shutdown has shut every shard down.
+    /// Whether a shutdown has begun: every add from now on is refused.
     pub(crate) fn is_shutting_down(&self) -> bool {
         self.shutting_down.load(SeqCst)
     }
@@ -206,15 +209,19 @@ impl<K, O: Ordering<K>> Shared<K, O> {
 
     /// Shuts every shard down, keeping the delays due by `keep_until`;
     /// `dropped` hears of each key whose delay is dropped.
+    ///
+    /// The flag comes first, and an add or requeue checks it under its
+    /// shard's lock: once it is set, every add is refused, whichever
+    /// shards are shut down yet, so a shutdown refuses adds at one moment.
     pub(crate) fn shut_down(&self, keep_until: Option<Instant>, dropped: &mut dyn FnMut(&K)) {
+        self.shutting_down.store(true, SeqCst);
         for i in 0..self.shards.len() {
             let mut st = self.shards[i].state.lock();
             let fx = st.shutdown_keeping(keep_until, dropped);
             self.release(i, st, fx);
         }
-        // Only once every shard refuses adds: whoever sees the flag set
-        // sees every add after it refused.
-        self.shutting_down.store(true, SeqCst);
+        // `closed` waiters that looked at the flag before it was set were
+        // woken by the shards' shutdowns, or are woken here.
         self.drained.notify_waiters();
     }
 }
@@ -261,6 +268,9 @@ impl<K: Key, O: Ordering<K>> Shared<K, O> {
         // The lookup's cache misses start before the lock is taken.
         shard.layout.load().prefetch(h);
         let mut st = shard.state.lock();
+        if self.is_shutting_down() {
+            return Err(AddError::ShuttingDown);
+        }
         let fx = st
             .add(key, h, priority, when, now.filter(|_| self.track))
             .map_err(refused)?;
@@ -384,15 +394,26 @@ impl<K: Key, O: Ordering<K>> Shared<K, O> {
                 wait.waiter = None;
             }
             if let Some(throttle) = &self.throttle
+                && !wait.permit
                 && self.any_ready()
-                && let Err(pause) = throttle.try_acquire()
             {
-                wait.throttled = Some(Box::pin(tokio::time::sleep(pause)));
-                continue;
+                match throttle.try_acquire() {
+                    // Kept until a key is taken with it: a hand-out that
+                    // finds the key's shard busy, or the key gone, keeps
+                    // its token for the next look.
+                    Ok(()) => wait.permit = true,
+                    Err(pause) => {
+                        wait.throttled = Some(Box::pin(tokio::time::sleep(pause)));
+                        continue;
+                    }
+                }
             }
             let now = self.track.then(Instant::now);
             match self.pop(now, false) {
-                Taken::Key(i, popped) => return Poll::Ready(Some(self.item(i, popped, now))),
+                Taken::Key(i, popped) => {
+                    wait.permit = false;
+                    return Poll::Ready(Some(self.item(i, popped, now)));
+                }
                 Taken::Busy => {
                     cx.waker().wake_by_ref();
                     return Poll::Pending;
@@ -457,7 +478,7 @@ impl<K, O: Ordering<K>> Shared<K, O> {
     /// (if any is asleep), everyone at a close or drain, the timer task,
     /// metrics.
     pub(crate) fn release(&self, i: usize, mut st: MutexGuard<'_, State<K, O>>, mut fx: Effects) {
-        let published = self.marks.publish(i, &mut st, self.promote_after.is_some());
+        self.marks.publish(i, &mut st, self.promote_after.is_some());
         drop(st);
         let mut wake = WakeList::default();
         if fx.wake_all {
@@ -466,11 +487,11 @@ impl<K, O: Ordering<K>> Shared<K, O> {
             self.count_sleepers(&waiters);
         } else if fx.wake > 0 {
             // Pairs with the fence of a consumer going to sleep (see
-            // `poll_take`): a rank just written with `SeqCst` is ordered
-            // before the load below already.
-            if !published {
-                fence(SeqCst);
-            }
+            // `poll_take`). Also after a rank just stored with `SeqCst`,
+            // which on its own would order it before the load below: loom
+            // models `SeqCst` loads and stores as acquire and release only,
+            // and a fence is cheap beside the store.
+            fence(SeqCst);
             if self.sleepers.load(SeqCst) > 0 {
                 let mut waiters = self.waiters.lock();
                 waiters.notify(fx.wake, &mut wake);

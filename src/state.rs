@@ -930,9 +930,14 @@ impl<K, O: Ordering<K>> State<K, O> {
     /// An expired wheel entry: makes its key ready (or dirty, if leased)
     /// if the key still waits on it; a stale entry does nothing.
     fn fire(&mut self, e: TimerEntry, now: Option<Instant>, fx: &mut Effects) {
-        let Node {
+        // A shut-down shard may have given its room back while the wheel,
+        // which serves the other shards too, still held its stale entries.
+        let Some(&Node {
             place, priority, ..
-        } = self.nodes[e.slot as usize];
+        }) = self.nodes.get(e.slot as usize)
+        else {
+            return;
+        };
         let slot = e.slot;
         match place {
             Place::Waiting { seq, at } if (seq, at) == (e.seq, e.at) => {
@@ -1161,7 +1166,9 @@ impl<K, O: Ordering<K>> State<K, O> {
             fx.wake_all = true;
             return fx;
         }
-        // The timer task ends when it sees the shutdown, dropping its wheel.
+        // The timer task ends once every shard is shut down with nothing
+        // left to fire, dropping its wheel; until then, this shard's stale
+        // entries in it are ignored when they fire.
         self.deferred = Vec::new();
         self.wheel_entries = 0;
         if let Some(w) = self.timer_waker.take() {
@@ -1526,6 +1533,26 @@ mod tests {
         let _ = add_at(&mut st, "b", at);
         assert_eq!(fire(&mut st, &sent), Effects::default());
         assert_eq!(st.counts().waiting, 1);
+    }
+
+    /// The wheel serves every shard of a queue, so it can still hold stale
+    /// entries of a shard that shut down and gave its room back while
+    /// another shard's kept delays keep the timer task running.
+    #[test]
+    fn an_entry_for_a_slot_given_back_is_ignored() {
+        let mut st = State::new(false, None, Priorities::new());
+        let at = Instant::now() + Duration::from_millis(1);
+        fill_and_empty(&mut st, 2 * KEEP_SLOTS, 0);
+        let _ = add_at(&mut st, "late", at);
+        let (sent, _) = take_sent(&mut st);
+        let _ = st.shutdown();
+        let stale = TimerEntry {
+            slot: 2 * KEEP_SLOTS as u32,
+            ..sent[0]
+        };
+        assert_eq!(fire(&mut st, &[stale]), Effects::default());
+        assert_eq!(fire(&mut st, &sent), Effects::default());
+        assert!(st.is_closed());
     }
 
     #[test]
