@@ -179,8 +179,8 @@
 //! ready wakes at most one waiting consumer, and with none waiting an add
 //! takes no other lock. A waiting consumer (a `get`, or the queue polled as
 //! a stream) keeps its wait inline and allocates nothing while it waits. A
-//! queue keeps, per key, one 48-byte slot (for `String` keys; 56 with
-//! [`FairShare`]) and a 4-byte index entry; a key waiting on a delay also
+//! queue keeps, per key, one 48-byte slot (for `String` keys) and a 4-byte
+//! index entry; a key waiting on a delay also
 //! holds one timer entry, released when the key leaves the wait.
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]

@@ -92,10 +92,9 @@ pub(crate) enum Place<E> {
     Free {
         next_free: u32,
     },
-    /// Ready, with the ordering's entry and, in a queue of several shards,
-    /// the number the key drew when it became ready or was raised (its
-    /// place in the order the shards are merged by, see [`crate::shard`]).
-    Ready(E, u32),
+    /// Ready, with the ordering's entry (which, in a queue of several
+    /// shards, holds the number the key drew: see [`crate::shard`]).
+    Ready(E),
     /// Waiting on the wheel entry with this order number and deadline (the
     /// fields of a [`TimerEntry`], inline so that the node stays 48 bytes).
     Waiting {
@@ -598,7 +597,7 @@ impl<K, O: Ordering<K>> State<K, O> {
         }
         let mut counts: Vec<(i32, usize)> = Vec::new();
         for node in &self.nodes {
-            if let Place::Ready(..) = node.place {
+            if let Place::Ready(_) = node.place {
                 match counts.iter_mut().find(|(p, _)| *p == node.priority) {
                     Some((_, n)) => *n += 1,
                     None => counts.push((node.priority, 1)),
@@ -671,7 +670,7 @@ impl<K, O: Ordering<K>> State<K, O> {
     fn make_ready(&mut self, slot: u32, priority: i32, now: Option<Instant>) {
         let node = &mut self.nodes[slot as usize];
         node.priority = priority;
-        node.place = Place::Ready(O::Entry::default(), 0);
+        node.place = Place::Ready(O::Entry::default());
         self.order.push(
             &mut Queued::new(&mut self.nodes),
             Handle::new(slot),
@@ -710,8 +709,10 @@ impl<K, O: Ordering<K>> State<K, O> {
     fn draw_rank(&mut self, slot: u32) -> Option<u32> {
         let r = self.ranks.as_ref()?;
         let seq = r.counters.ready.fetch_add(1, AtomicOrdering::Relaxed);
-        if let Place::Ready(_, drawn) = &mut self.nodes[slot as usize].place {
-            *drawn = seq;
+        if let Place::Ready(entry) = &mut self.nodes[slot as usize].place
+            && let Some(number) = O::number_mut(entry)
+        {
+            *number = seq;
         }
         Some(seq)
     }
@@ -731,7 +732,7 @@ impl<K, O: Ordering<K>> State<K, O> {
         let merged = old.max(priority);
         match (place, when) {
             (Place::Free { .. }, _) => unreachable!("index points at a free slot"),
-            (Place::Ready(..), _) => {
+            (Place::Ready(_), _) => {
                 // The ordering decides whether an add of a ready key moves
                 // it; its ready time, and so its place in the age list, is
                 // kept.
@@ -986,7 +987,7 @@ impl<K, O: Ordering<K>> State<K, O> {
         if !matches!(
             self.nodes.get(slot as usize),
             Some(Node {
-                place: Place::Ready(..),
+                place: Place::Ready(_),
                 ..
             })
         ) {
@@ -1199,10 +1200,10 @@ impl<K, O: Ordering<K>> State<K, O> {
             return shard::rank(i32::MAX, 0);
         };
         let node = &self.nodes[next.index()];
-        let Place::Ready(_, seq) = node.place else {
+        let Place::Ready(entry) = &node.place else {
             not_ready(next.slot())
         };
-        shard::rank(node.priority, seq)
+        shard::rank(node.priority, O::number(entry))
     }
 
     /// When the oldest ready key became ready, in nanoseconds from the
@@ -1297,14 +1298,12 @@ mod tests {
     }
 
     #[test]
-    fn node_is_48_bytes_for_string_keys_with_the_default_fifo_and_no_entry() {
-        use crate::ordering::{FairShareEntry, Links};
+    fn node_is_48_bytes_for_string_keys_with_each_built_in_ordering() {
+        use crate::ordering::{FairShareEntry, Links, PriorityEntry};
+        assert_eq!(std::mem::size_of::<Node<String, PriorityEntry>>(), 48);
         assert_eq!(std::mem::size_of::<Node<String, Links>>(), 48);
+        assert_eq!(std::mem::size_of::<Node<String, FairShareEntry>>(), 48);
         assert_eq!(std::mem::size_of::<Node<String, ()>>(), 48);
-        // A ready node's number (for merging shards) does not fit beside
-        // fair share's 12-byte entry: 8 bytes more, though fair share never
-        // splits.
-        assert_eq!(std::mem::size_of::<Node<String, FairShareEntry>>(), 56);
     }
 
     #[test]

@@ -112,7 +112,7 @@ use std::fmt;
 pub use fair_share::{FairShare, FairShareEntry};
 pub use fifo::Fifo;
 pub use list::Links;
-pub use priorities::{Priorities, TwoLanes};
+pub use priorities::{Priorities, PriorityEntry, TwoLanes};
 
 use crate::state::{Node, Place};
 
@@ -208,6 +208,30 @@ pub trait Ordering<K>: Send + 'static {
     {
         None
     }
+
+    /// The number a ready key drew in a queue of several shards, kept in
+    /// its entry by an ordering that [splits](Self::split) (see
+    /// [`number_mut`](Self::number_mut)).
+    #[doc(hidden)]
+    fn number(entry: &Self::Entry) -> u32
+    where
+        Self: Sized,
+    {
+        let _ = entry;
+        0
+    }
+
+    /// Where an ordering that [splits](Self::split) keeps the number a
+    /// ready key drew, in its entry (the queue sets it after `push` and
+    /// reads it to rank the key); `None` for one that does not split.
+    #[doc(hidden)]
+    fn number_mut(entry: &mut Self::Entry) -> Option<&mut u32>
+    where
+        Self: Sized,
+    {
+        let _ = entry;
+        None
+    }
 }
 
 /// A ready key, as an [`Ordering`] knows it.
@@ -255,7 +279,7 @@ impl<'a, K, E> Queued<'a, K, E> {
     #[inline]
     fn node(&self, h: Handle) -> &Node<K, E> {
         let node = &self.nodes[h.index()];
-        if !matches!(node.place, Place::Ready(..)) {
+        if !matches!(node.place, Place::Ready(_)) {
             not_ready(h)
         }
         node
@@ -281,7 +305,7 @@ impl<'a, K, E> Queued<'a, K, E> {
     #[inline]
     pub fn entry(&self, h: Handle) -> &E {
         match &self.nodes[h.index()].place {
-            Place::Ready(e, _) => e,
+            Place::Ready(e) => e,
             _ => not_ready(h),
         }
     }
@@ -290,7 +314,7 @@ impl<'a, K, E> Queued<'a, K, E> {
     #[inline]
     pub fn entry_mut(&mut self, h: Handle) -> &mut E {
         match &mut self.nodes[h.index()].place {
-            Place::Ready(e, _) => e,
+            Place::Ready(e) => e,
             _ => not_ready(h),
         }
     }

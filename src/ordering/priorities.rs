@@ -1,9 +1,29 @@
 //! Priority levels, FIFO within each: the default order, and two lanes as
 //! the case of two levels.
 
-use super::list::{Links, List};
+use super::list::{Linked, Links, List};
 use super::{Handle, MAX_IDLE_LEVELS, Ordering, Queued};
 use crate::Lane;
+
+/// A ready key's place in [`Priorities`]: its links in its level's list,
+/// and, in a queue of several shards, the number it drew when it became
+/// ready or was raised (its place in the order the shards are merged by).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PriorityEntry {
+    links: Links,
+    number: u32,
+}
+
+impl Linked for PriorityEntry {
+    #[inline]
+    fn links(&self) -> &Links {
+        &self.links
+    }
+    #[inline]
+    fn links_mut(&mut self) -> &mut Links {
+        &mut self.links
+    }
+}
 
 /// Highest priority first, FIFO within a priority: the default ordering.
 ///
@@ -76,14 +96,14 @@ impl Priorities {
 
     /// Appends `h` to the back of `level`.
     #[inline(always)]
-    fn push_at<K>(&mut self, q: &mut Queued<'_, K, Links>, h: Handle, level: i32) {
+    fn push_at<K, E: Linked>(&mut self, q: &mut Queued<'_, K, E>, h: Handle, level: i32) {
         let li = self.level_index(level);
         self.levels[li].keys.push_back(q, h);
     }
 
     /// Takes `h` out of `level`.
     #[inline]
-    fn unlink_at<K>(&mut self, q: &mut Queued<'_, K, Links>, h: Handle, level: i32) {
+    fn unlink_at<K, E: Linked>(&mut self, q: &mut Queued<'_, K, E>, h: Handle, level: i32) {
         let li = self
             .levels
             .iter()
@@ -93,13 +113,13 @@ impl Priorities {
     }
 
     #[inline]
-    fn pop_front<K>(&mut self, q: &mut Queued<'_, K, Links>) -> Option<Handle> {
+    fn pop_front<K, E: Linked>(&mut self, q: &mut Queued<'_, K, E>) -> Option<Handle> {
         let level = self.levels.iter_mut().find(|l| l.keys.len > 0)?;
         level.keys.pop_front(q)
     }
 
     #[inline]
-    fn peek<K>(&self, q: &Queued<'_, K, Links>) -> Option<Handle> {
+    fn peek<K, E: Linked>(&self, q: &Queued<'_, K, E>) -> Option<Handle> {
         let level = self.levels.iter().find(|l| l.keys.len > 0)?;
         level.keys.peek_and_prefetch(q)
     }
@@ -124,20 +144,20 @@ impl Priorities {
 }
 
 impl<K> Ordering<K> for Priorities {
-    type Entry = Links;
+    type Entry = PriorityEntry;
 
     #[inline(always)]
-    fn push(&mut self, q: &mut Queued<'_, K, Links>, key: Handle, priority: i32) {
+    fn push(&mut self, q: &mut Queued<'_, K, PriorityEntry>, key: Handle, priority: i32) {
         self.push_at(q, key, priority);
     }
 
     #[inline]
-    fn pop(&mut self, q: &mut Queued<'_, K, Links>) -> Option<Handle> {
+    fn pop(&mut self, q: &mut Queued<'_, K, PriorityEntry>) -> Option<Handle> {
         self.pop_front(q)
     }
 
     #[inline]
-    fn touch(&mut self, q: &mut Queued<'_, K, Links>, key: Handle, was: i32, now: i32) {
+    fn touch(&mut self, q: &mut Queued<'_, K, PriorityEntry>, key: Handle, was: i32, now: i32) {
         if now > was {
             self.unlink_at(q, key, was);
             self.push_at(q, key, now);
@@ -145,7 +165,7 @@ impl<K> Ordering<K> for Priorities {
     }
 
     #[inline]
-    fn remove(&mut self, q: &mut Queued<'_, K, Links>, key: Handle) {
+    fn remove(&mut self, q: &mut Queued<'_, K, PriorityEntry>, key: Handle) {
         let level = q.priority(key);
         self.unlink_at(q, key, level);
     }
@@ -159,13 +179,21 @@ impl<K> Ordering<K> for Priorities {
     }
 
     #[inline]
-    fn prefetch_next(&self, q: &Queued<'_, K, Links>) -> Option<Handle> {
+    fn prefetch_next(&self, q: &Queued<'_, K, PriorityEntry>) -> Option<Handle> {
         self.peek(q)
     }
 
     /// Priorities hands out the order a queue merges its shards by.
     fn split(&self) -> Option<Self> {
         Some(Priorities::new())
+    }
+
+    fn number(entry: &PriorityEntry) -> u32 {
+        entry.number
+    }
+
+    fn number_mut(entry: &mut PriorityEntry) -> Option<&mut u32> {
+        Some(&mut entry.number)
     }
 }
 
