@@ -228,6 +228,11 @@ impl<K: Key, O: Ordering<K>> WorkQueue<K, O> {
     /// Returns `None` once the queue is shut down and has nothing more to
     /// hand out. Cancel safe: dropping the future at any point loses no key,
     /// and a wake-up it had received passes to another consumer.
+    ///
+    /// A `get` polled once (say with `now_or_never`) may be pending while a
+    /// key is ready, if another thread holds the lock of that key's shard
+    /// right then: rather than park its thread on the lock, it wakes its
+    /// own task and takes the key at its next poll.
     pub async fn get(&self) -> Option<WorkItem<K, O>> {
         Get {
             shared: &self.shared,
