@@ -44,6 +44,8 @@
 //! to hand out) or drained (nothing leased either): the queue is closed or
 //! drained when every shard is.
 
+use std::time::Duration;
+
 use tokio::time::Instant;
 
 use crate::ordering::Ordering;
@@ -85,6 +87,8 @@ pub(crate) struct Shard<K, O: Ordering<K>> {
 pub(crate) struct Marks {
     ranks: Box<[RankLine]>,
     rest: Box<[Mark]>,
+    /// Whether the oldest ready keys are shown (with a starvation bound).
+    promote: bool,
 }
 
 /// Eight shards' ranks, on one cache line.
@@ -106,7 +110,7 @@ const CLOSED: u8 = 1;
 const DRAINED: u8 = 2;
 
 impl Marks {
-    pub(crate) fn new(shards: usize) -> Self {
+    pub(crate) fn new(shards: usize, promote: bool) -> Self {
         let line = || RankLine(std::array::from_fn(|_| AtomicU64::new(EMPTY)));
         Marks {
             ranks: (0..shards.div_ceil(8)).map(|_| line()).collect(),
@@ -117,6 +121,7 @@ impl Marks {
                     status: AtomicU8::new(0),
                 })
                 .collect(),
+            promote,
         }
     }
 
@@ -129,11 +134,11 @@ impl Marks {
     }
 
     /// Publishes shard `i`'s next rank, oldest ready time (with a
-    /// starvation bound, `promote`) and status, from `st` under its lock.
+    /// starvation bound) and status, from `st` under its lock.
     /// Unchanged values are not written: a write takes the line from every
     /// core that reads it.
     #[inline]
-    pub(crate) fn publish<K, O: Ordering<K>>(&self, i: usize, st: &mut State<K, O>, promote: bool) {
+    pub(crate) fn publish<K, O: Ordering<K>>(&self, i: usize, st: &mut State<K, O>) {
         let rank = st.head_rank();
         let at = self.rank_of(i);
         if at.load(Relaxed) != rank {
@@ -142,7 +147,7 @@ impl Marks {
             at.store(rank, SeqCst);
         }
         let m = &self.rest[i];
-        if promote {
+        if self.promote {
             let (oldest, seq) = st.oldest_ready().unwrap_or((u64::MAX, 0));
             if m.oldest.load(Relaxed) != oldest || m.oldest_seq.load(Relaxed) != seq {
                 m.oldest.store(oldest, SeqCst);
@@ -198,7 +203,13 @@ fn before(a: u64, b: u64) -> bool {
     if ha != hb {
         return ha < hb;
     }
-    ((a as u32).wrapping_sub(b as u32) as i32) < 0
+    earlier(a as u32, b as u32)
+}
+
+/// Whether number `a` was drawn before `b` (numbers wrap).
+#[inline]
+fn earlier(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) < 0
 }
 
 /// What a hand-out found in the marks: the shard to take from and what it
@@ -250,7 +261,7 @@ pub(crate) fn pick(marks: &Marks, promote: Option<(u64, u64)>) -> Option<Pick> {
             }
             // Ready at the same time: the one that drew the earlier number.
             let older = oldest.is_none_or(|(_, best_at, best_seq)| {
-                at < best_at || (at == best_at && (seq.wrapping_sub(best_seq) as i32) < 0)
+                at < best_at || (at == best_at && earlier(seq, best_seq))
             });
             if older {
                 oldest = Some((i, at, seq));
@@ -292,7 +303,12 @@ fn read(marks: &Marks, seen: &mut [u64]) -> (bool, Option<(usize, u64)>) {
 
 /// Nanoseconds from `epoch` to `t` (zero before it).
 pub(crate) fn nanos_since(epoch: Instant, t: Instant) -> u64 {
-    u64::try_from(t.saturating_duration_since(epoch).as_nanos()).unwrap_or(u64::MAX)
+    nanos(t.saturating_duration_since(epoch))
+}
+
+/// `d` in nanoseconds, saturating.
+pub(crate) fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

@@ -156,10 +156,10 @@ impl<K, O: Ordering<K>> Shared<K, O> {
                     layout: SharedLayout::default(),
                 })
                 .collect(),
-            marks: Marks::new(shards),
+            marks: Marks::new(shards, promote_after.is_some()),
             mask: shards - 1,
             epoch,
-            promote_after: promote_after.map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+            promote_after: promote_after.map(shard::nanos),
             waiters: Mutex::new(Waiters::default()),
             sleepers: AtomicUsize::new(0),
             shutting_down: AtomicBool::new(false),
@@ -235,12 +235,7 @@ impl<K: Key, O: Ordering<K>> Shared<K, O> {
         if self.is_shutting_down() {
             return Err(AddError::ShuttingDown);
         }
-        let timer_alive = self
-            .timer_task
-            .lock()
-            .as_ref()
-            .is_some_and(|t| !t.is_finished());
-        if timer_alive {
+        if crate::timer::running(&self.timer_task.lock()) {
             return Ok(());
         }
         crate::clock::timed_handle().map(drop)
@@ -378,16 +373,13 @@ impl<K: Key, O: Ordering<K>> Shared<K, O> {
                 wait.throttled = None;
             }
             if let Some(id) = wait.waiter {
-                let mut waiters = self.waiters.lock();
+                let mut waiters = self.waiters();
                 match waiters.poll(id, cx.waker()) {
                     Found::Waiting if !self.any_ready() && !self.is_closed() => {
                         return Poll::Pending;
                     }
                     // Keys are ready, though not for this one: it takes one.
-                    Found::Waiting => {
-                        _ = waiters.cancel(id);
-                        self.count_sleepers(&waiters);
-                    }
+                    Found::Waiting => _ = waiters.cancel(id),
                     Found::Notified => {}
                 }
                 drop(waiters);
@@ -426,10 +418,7 @@ impl<K: Key, O: Ordering<K>> Shared<K, O> {
             if std::mem::take(&mut second_look) {
                 continue;
             }
-            let mut waiters = self.waiters.lock();
-            wait.waiter = Some(waiters.register(cx.waker()));
-            self.count_sleepers(&waiters);
-            drop(waiters);
+            wait.waiter = Some(self.waiters().register(cx.waker()));
             // Pairs with the fence in `release`: either this look sees the
             // key a producer just made ready, or the producer sees this
             // consumer registered and wakes it.
@@ -478,13 +467,11 @@ impl<K, O: Ordering<K>> Shared<K, O> {
     /// (if any is asleep), everyone at a close or drain, the timer task,
     /// metrics.
     pub(crate) fn release(&self, i: usize, mut st: MutexGuard<'_, State<K, O>>, mut fx: Effects) {
-        self.marks.publish(i, &mut st, self.promote_after.is_some());
+        self.marks.publish(i, &mut st);
         drop(st);
         let mut wake = WakeList::default();
         if fx.wake_all {
-            let mut waiters = self.waiters.lock();
-            waiters.notify_all(&mut wake);
-            self.count_sleepers(&waiters);
+            self.waiters().notify_all(&mut wake);
         } else if fx.wake > 0 {
             // Pairs with the fence of a consumer going to sleep (see
             // `poll_take`). Also after a rank just stored with `SeqCst`,
@@ -493,9 +480,7 @@ impl<K, O: Ordering<K>> Shared<K, O> {
             // and a fence is cheap beside the store.
             fence(SeqCst);
             if self.sleepers.load(SeqCst) > 0 {
-                let mut waiters = self.waiters.lock();
-                waiters.notify(fx.wake, &mut wake);
-                self.count_sleepers(&waiters);
+                self.waiters().notify(fx.wake, &mut wake);
             }
         }
         wake.wake();
@@ -512,8 +497,13 @@ impl<K, O: Ordering<K>> Shared<K, O> {
         }
     }
 
-    fn count_sleepers(&self, waiters: &Waiters) {
-        self.sleepers.store(waiters.waiting(), SeqCst);
+    /// The waiting consumers, locked: `sleepers` is set from them when the
+    /// guard goes, so no change to them can leave the count behind.
+    fn waiters(&self) -> Sleepers<'_> {
+        Sleepers {
+            waiters: self.waiters.lock(),
+            count: &self.sleepers,
+        }
     }
 
     /// Ends a wait that stops before it got a key (a dropped `get` or
@@ -525,13 +515,39 @@ impl<K, O: Ordering<K>> Shared<K, O> {
             return;
         };
         let mut wake = WakeList::default();
-        let mut waiters = self.waiters.lock();
+        let mut waiters = self.waiters();
         if waiters.cancel(id) && self.any_ready() {
             waiters.notify(1, &mut wake);
         }
-        self.count_sleepers(&waiters);
         drop(waiters);
         wake.wake();
+    }
+}
+
+/// The waiting consumers under their lock, which on release sets the
+/// count of those not yet notified (see [`Shared::waiters`]).
+struct Sleepers<'a> {
+    waiters: MutexGuard<'a, Waiters>,
+    count: &'a AtomicUsize,
+}
+
+impl std::ops::Deref for Sleepers<'_> {
+    type Target = Waiters;
+
+    fn deref(&self) -> &Waiters {
+        &self.waiters
+    }
+}
+
+impl std::ops::DerefMut for Sleepers<'_> {
+    fn deref_mut(&mut self) -> &mut Waiters {
+        &mut self.waiters
+    }
+}
+
+impl Drop for Sleepers<'_> {
+    fn drop(&mut self) {
+        self.count.store(self.waiters.waiting(), SeqCst);
     }
 }
 

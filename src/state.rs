@@ -789,7 +789,7 @@ impl<K, O: Ordering<K>> State<K, O> {
     /// before it (a queue moved from a paused clock that ran ahead to a
     /// real one), which can only make such a delay end later, never early.
     fn nanos(&self, t: Instant) -> u64 {
-        u64::try_from(t.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
+        shard::nanos_since(self.epoch, t)
     }
 
     /// The instant a [`TimerEntry`]'s deadline counts from.
@@ -1193,6 +1193,11 @@ impl<K, O: Ordering<K>> State<K, O> {
     fn find_head_rank(&mut self) -> u64 {
         if self.ready_len == 0 {
             return shard::EMPTY;
+        }
+        if self.ranks.is_none() {
+            // The only shard: its rank is compared with none, and says only
+            // that a key is ready (no node read under the lock for it).
+            return shard::rank(0, 0);
         }
         let queued = Queued::new(&mut self.nodes);
         let Some(next) = self.order.prefetch_next(&queued) else {

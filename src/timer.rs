@@ -43,7 +43,7 @@ pub(crate) fn ensure_running<K: Key, O: Ordering<K>>(
     shared: &Arc<Shared<K, O>>,
 ) -> Result<(), AddError> {
     let mut task = shared.timer_task.lock();
-    if task.as_ref().is_some_and(|t| !t.is_finished()) {
+    if running(&task) {
         return Ok(());
     }
     let handle = crate::clock::timed_handle()?;
@@ -62,6 +62,11 @@ pub(crate) fn ensure_running<K: Key, O: Ordering<K>>(
     )));
     *task = Some(spawned.abort_handle());
     Ok(())
+}
+
+/// Whether `task`, a queue's timer task if it started one, still runs.
+pub(crate) fn running(task: &Option<tokio::task::AbortHandle>) -> bool {
+    task.as_ref().is_some_and(|t| !t.is_finished())
 }
 
 /// Entries a buffer keeps room for between rounds.

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use hashbrown::HashMap;
 
-use super::list::{Linked, Links, List, NIL};
+use super::list::{Links, List, NIL, linked_through_field};
 use super::{Handle, MAX_IDLE_LEVELS, Ordering, Queued};
 
 /// A function from a key to one of its groups (tenant or sub-group).
@@ -138,16 +138,7 @@ impl Default for FairShareEntry {
     }
 }
 
-impl Linked for FairShareEntry {
-    #[inline]
-    fn links(&self) -> &Links {
-        &self.links
-    }
-    #[inline]
-    fn links_mut(&mut self) -> &mut Links {
-        &mut self.links
-    }
-}
+linked_through_field!(FairShareEntry);
 
 impl<K, T> FairShare<K, T>
 where

@@ -32,6 +32,23 @@ pub(crate) trait Linked: Copy {
     fn links_mut(&mut self) -> &mut Links;
 }
 
+/// Implements [`Linked`] for an entry type through its `links` field.
+macro_rules! linked_through_field {
+    ($entry:ty) => {
+        impl $crate::ordering::list::Linked for $entry {
+            #[inline]
+            fn links(&self) -> &$crate::ordering::Links {
+                &self.links
+            }
+            #[inline]
+            fn links_mut(&mut self) -> &mut $crate::ordering::Links {
+                &mut self.links
+            }
+        }
+    };
+}
+pub(crate) use linked_through_field;
+
 impl Linked for Links {
     #[inline]
     fn links(&self) -> &Links {

@@ -1,7 +1,7 @@
 //! Priority levels, FIFO within each: the default order, and two lanes as
 //! the case of two levels.
 
-use super::list::{Linked, Links, List};
+use super::list::{Linked, Links, List, linked_through_field};
 use super::{Handle, MAX_IDLE_LEVELS, Ordering, Queued};
 use crate::Lane;
 
@@ -14,16 +14,7 @@ pub struct PriorityEntry {
     number: u32,
 }
 
-impl Linked for PriorityEntry {
-    #[inline]
-    fn links(&self) -> &Links {
-        &self.links
-    }
-    #[inline]
-    fn links_mut(&mut self) -> &mut Links {
-        &mut self.links
-    }
-}
+linked_through_field!(PriorityEntry);
 
 /// Highest priority first, FIFO within a priority: the default ordering.
 ///
