@@ -100,14 +100,11 @@ impl<K: Key, O: Ordering<K>> WorkQueue<K, O> {
         // Only an ordering that can be merged across shards is split (see
         // `shard`).
         let shards = shards.clamp(1, MAX_SHARDS).next_power_of_two();
-        let mut states: Vec<_> = (1..shards)
-            .map_while(|_| ordering.split())
+        let others: Option<Vec<O>> = (1..shards).map(|_| ordering.split()).collect();
+        let states = std::iter::once(ordering)
+            .chain(others.unwrap_or_default())
             .map(|order| State::new(track, promote_after, order))
             .collect();
-        if states.len() + 1 != shards {
-            states.clear();
-        }
-        states.insert(0, State::new(track, promote_after, ordering));
         let shared = Arc::new(Shared::new(
             states,
             promote_after,
@@ -201,6 +198,14 @@ impl<K: Key, O: Ordering<K>> WorkQueue<K, O> {
     /// split.
     pub fn shards(&self) -> usize {
         self.shared.shards.len()
+    }
+
+    /// The shard `key` goes to (below [`shards`](Self::shards)): for tests
+    /// that need keys in different shards. Which shard a key goes to is
+    /// not part of the API, and differs from one process to the next.
+    #[doc(hidden)]
+    pub fn shard_of(&self, key: &K) -> usize {
+        self.shared.shard_of_key(key)
     }
 
     /// Keys ready to be handed out now: not delayed, not leased.

@@ -80,8 +80,8 @@ pub(crate) struct Shared<K, O: Ordering<K>> {
     marks: Marks,
     /// Shards minus one: their number is a power of two.
     mask: usize,
-    /// The first shard's epoch, which every shard's delays count from.
-    epoch: Instant,
+    /// The epoch and numbers every shard counts from.
+    counters: Arc<Counters>,
     /// Serve keys ready this long first (the starvation bound), in
     /// nanoseconds.
     promote_after: Option<u64>,
@@ -141,12 +141,9 @@ impl<K, O: Ordering<K>> Shared<K, O> {
     ) -> Self {
         let shards = states.len();
         assert!(shards.is_power_of_two());
-        let epoch = states[0].epoch();
-        if shards > 1 {
-            let counters = Arc::new(Counters::default());
-            for (i, st) in states.iter_mut().enumerate() {
-                st.join_shards(i as u32, counters.clone(), epoch);
-            }
+        let counters = Arc::new(Counters::new());
+        for (i, st) in states.iter_mut().enumerate() {
+            st.join(i as u32, counters.clone(), shards > 1);
         }
         Shared {
             shards: states
@@ -158,7 +155,7 @@ impl<K, O: Ordering<K>> Shared<K, O> {
                 .collect(),
             marks: Marks::new(shards, promote_after.is_some()),
             mask: shards - 1,
-            epoch,
+            counters,
             promote_after: promote_after.map(shard::nanos),
             waiters: Mutex::new(Waiters::default()),
             sleepers: AtomicUsize::new(0),
@@ -180,6 +177,19 @@ impl<K, O: Ordering<K>> Shared<K, O> {
     #[inline]
     fn shard_of(&self, h: u64) -> usize {
         ((h >> 40) as usize) & self.mask
+    }
+
+    /// The instant every shard's deadlines count from.
+    pub(crate) fn epoch(&self) -> Instant {
+        self.counters.epoch()
+    }
+
+    /// The shard `key` goes to.
+    pub(crate) fn shard_of_key(&self, key: &K) -> usize
+    where
+        K: std::hash::Hash,
+    {
+        self.shard_of(self.hasher.hash_one(key))
     }
 
     /// Whether a shutdown has begun: every add from now on is refused.
@@ -290,7 +300,7 @@ impl<K: Key, O: Ordering<K>> Shared<K, O> {
         let promote = self
             .promote_after
             .zip(now)
-            .map(|(after, now)| (after, shard::nanos_since(self.epoch, now)));
+            .map(|(after, now)| (after, shard::nanos_since(self.counters.epoch(), now)));
         let mut tries = 0;
         loop {
             let Some(pick) = shard::pick(&self.marks, promote) else {

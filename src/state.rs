@@ -143,26 +143,45 @@ pub(crate) struct Node<K, E> {
     pub(crate) priority: i32,
 }
 
-/// What a shard of a queue of several keeps beside its keys: the counters
-/// all shards draw from, so that keys made ready (and delays set) in
-/// different shards are numbered in one order, and the number each ready
-/// key drew, for its age (see [`crate::shard`]).
-#[derive(Debug)]
+/// What a shard of a queue of several keeps beside its keys: the number
+/// each ready key drew, for its age (see [`crate::shard`]). Keys are
+/// numbered only in a queue of several shards, whose hand-out merges them
+/// by these numbers.
+#[derive(Debug, Default)]
 pub(crate) struct Ranks {
-    pub(crate) counters: Arc<Counters>,
     /// With a starvation bound, each slot's number as drawn when its key
     /// became ready (a raise keeps its age): breaks ties between keys ready
     /// at the same time.
     ages: Vec<u32>,
 }
 
-/// The counters the shards of one queue share.
-#[derive(Debug, Default)]
+/// What every shard of one queue counts from: one epoch for deadlines and
+/// ready times, one numbering of ready keys and one of delays, so that
+/// keys in different shards are put in one order. A state on its own (in
+/// its tests) has counters of its own.
+#[derive(Debug)]
 pub(crate) struct Counters {
+    /// Deadlines and ready times are kept as nanoseconds from this instant.
+    epoch: Instant,
     /// Numbers keys made ready.
     ready: AtomicU32,
     /// Numbers delays in the order they were set.
     timers: AtomicU32,
+}
+
+impl Counters {
+    pub(crate) fn new() -> Self {
+        Counters {
+            epoch: Instant::now(),
+            ready: AtomicU32::new(0),
+            timers: AtomicU32::new(0),
+        }
+    }
+
+    /// The instant deadlines count from.
+    pub(crate) fn epoch(&self) -> Instant {
+        self.epoch
+    }
 }
 
 /// A slot's links in the age list of ready keys.
@@ -313,11 +332,10 @@ pub(crate) struct State<K, O: Ordering<K>> {
     leased: usize,
     dirty: usize,
     waiting: usize,
-    /// Delay deadlines are kept as nanoseconds from this instant.
-    epoch: Instant,
+    /// The epoch and numbers this state shares with the queue's others.
+    counters: Arc<Counters>,
     /// Delays set since the timer task last took them, for its wheel.
     deferred: Vec<TimerEntry>,
-    timer_seq: u32,
     /// Entries sent to the timer task and not yet handed back: live ones
     /// (`waiting`) and stale ones.
     wheel_entries: usize,
@@ -535,9 +553,8 @@ impl<K, O: Ordering<K>> State<K, O> {
             leased: 0,
             dirty: 0,
             waiting: 0,
-            epoch: Instant::now(),
+            counters: Arc::new(Counters::new()),
             deferred: Vec::new(),
-            timer_seq: 0,
             wheel_entries: 0,
             fresh_wheel: false,
             timer_waker: None,
@@ -707,8 +724,8 @@ impl<K, O: Ordering<K>> State<K, O> {
     /// shard's ready keys.
     #[inline]
     fn draw_rank(&mut self, slot: u32) -> Option<u32> {
-        let r = self.ranks.as_ref()?;
-        let seq = r.counters.ready.fetch_add(1, AtomicOrdering::Relaxed);
+        self.ranks.as_ref()?;
+        let seq = self.counters.ready.fetch_add(1, AtomicOrdering::Relaxed);
         if let Place::Ready(entry) = &mut self.nodes[slot as usize].place
             && let Some(number) = O::number_mut(entry)
         {
@@ -789,12 +806,13 @@ impl<K, O: Ordering<K>> State<K, O> {
     /// before it (a queue moved from a paused clock that ran ahead to a
     /// real one), which can only make such a delay end later, never early.
     fn nanos(&self, t: Instant) -> u64 {
-        shard::nanos_since(self.epoch, t)
+        shard::nanos_since(self.counters.epoch, t)
     }
 
     /// The instant a [`TimerEntry`]'s deadline counts from.
+    #[cfg(test)]
     pub(crate) fn epoch(&self) -> Instant {
-        self.epoch
+        self.counters.epoch
     }
 
     /// Makes `slot` wait until `deadline` on a new wheel entry, which the
@@ -813,13 +831,7 @@ impl<K, O: Ordering<K>> State<K, O> {
         if self.deferred.is_empty() {
             fx.timer_waker = fx.timer_waker.take().or_else(|| self.wake_timer());
         }
-        let seq = seq.unwrap_or_else(|| match &self.ranks {
-            Some(r) => r.counters.timers.fetch_add(1, AtomicOrdering::Relaxed),
-            None => {
-                self.timer_seq = self.timer_seq.wrapping_add(1);
-                self.timer_seq
-            }
-        });
+        let seq = seq.unwrap_or_else(|| self.counters.timers.fetch_add(1, AtomicOrdering::Relaxed));
         let at = self.nanos(deadline);
         self.nodes[slot as usize].place = if leased {
             Place::LeasedWaiting { seq, at }
@@ -1227,16 +1239,14 @@ impl<K, O: Ordering<K>> State<K, O> {
         })
     }
 
-    /// Makes this state one of a queue's shards: `index` goes into its
-    /// delays' entries, `counters` number its ready keys and delays, and
-    /// deadlines count from `epoch` (one for all shards).
-    pub(crate) fn join_shards(&mut self, index: u32, counters: Arc<Counters>, epoch: Instant) {
+    /// Makes this state shard `index` of a queue (`index` goes into its
+    /// delays' entries), counting from the queue's `counters`; `split`:
+    /// the queue has other shards, so ready keys draw numbers to be merged
+    /// by.
+    pub(crate) fn join(&mut self, index: u32, counters: Arc<Counters>, split: bool) {
         self.shard = index;
-        self.epoch = epoch;
-        self.ranks = Some(Ranks {
-            counters,
-            ages: Vec::new(),
-        });
+        self.counters = counters;
+        self.ranks = split.then(Ranks::default);
     }
 
     /// After a pop: tell everyone if that was the last key there will be.

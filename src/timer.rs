@@ -52,7 +52,7 @@ pub(crate) fn ensure_running<K: Key, O: Ordering<K>>(
             shard.state.lock().restart_timers();
         }
     }
-    let epoch = shared.shards[0].state.lock().epoch();
+    let epoch = shared.epoch();
     // Unconstrained: tokio's co-operative budget would otherwise cut a burst
     // of keys due in one millisecond into pieces, and the wheel hands those
     // out last-in first, so only a whole burst can be put back in order.

@@ -454,16 +454,6 @@ fn dropped_and_woken_waits_uncount_themselves_once() {
     });
 }
 
-/// The shard a `u32` key goes to in a loom build of two shards: the crate
-/// hashes with std's `DefaultHasher` there (no random seed, so runs repeat)
-/// and takes the shard from bit 40 of the hash.
-fn shard_of(key: u32) -> u64 {
-    use std::hash::BuildHasher;
-    let hasher =
-        std::hash::BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default();
-    (hasher.hash_one(key) >> 40) & 1
-}
-
 /// Two keys in different shards, added in order by one thread while another
 /// takes them: the consumer gets them in the order they were added, whatever
 /// the interleaving (the shards merge their keys by the numbers they drew),
@@ -471,10 +461,10 @@ fn shard_of(key: u32) -> u64 {
 /// through the sleeper count, not a lock they share).
 #[test]
 fn keys_in_two_shards_come_out_in_the_order_added() {
-    let a = 1;
-    let b = (2..).find(|&k| shard_of(k) != shard_of(a)).unwrap();
     model(move || {
         let q = queue();
+        let a = 1;
+        let b = (2..).find(|k| q.shard_of(k) != q.shard_of(&a)).unwrap();
         let consumer = {
             let q = q.clone();
             thread::spawn(move || {

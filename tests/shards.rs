@@ -114,6 +114,8 @@ async fn each_producers_keys_come_out_in_the_order_it_added_them() {
 #[tokio::test(start_paused = true)]
 async fn delayed_keys_in_many_shards_come_out_by_deadline_then_in_the_order_set() {
     let q: WorkQueue<u32> = WorkQueue::builder().shards(8).build();
+    let used: std::collections::HashSet<usize> = (0..300).map(|k| q.shard_of(&k)).collect();
+    assert_eq!(used.len(), 8, "300 keys fall in every shard");
     for key in 0..300 {
         // Three deadlines, set in a mixed order.
         let ms = [30, 10, 20][key as usize % 3];
