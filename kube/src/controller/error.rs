@@ -87,6 +87,12 @@ pub enum ControllerError {
     /// [`shards`](super::Controller::shards): one replica leads, or every
     /// replica takes a share, not both. Reported as the stream's only item.
     LeaderElectionWithShards,
+    /// [`shards`](super::Controller::shards) with a split cache
+    /// ([`ShardConfig::split_cache`](crate::shard::ShardConfig::split_cache))
+    /// on a controller not made by [`Controller::new`](super::Controller::new):
+    /// its watcher is given, so it cannot be narrowed to this replica's
+    /// share. Reported as the stream's only item.
+    SplitCacheWithoutWatcher,
 }
 
 impl fmt::Display for ControllerError {
@@ -113,6 +119,9 @@ impl fmt::Display for ControllerError {
             ControllerError::LeaderElectionWithShards => {
                 f.write_str("a controller takes leader election or shards, not both")
             }
+            ControllerError::SplitCacheWithoutWatcher => f.write_str(
+                "a split cache narrows the controller's own watcher: make the controller with Controller::new",
+            ),
         }
     }
 }

@@ -11,6 +11,7 @@ mod requeue_priority;
 mod run;
 mod settings;
 mod sharding;
+mod split;
 mod strip;
 mod triggers;
 mod watched;
@@ -113,6 +114,9 @@ where
     /// the switch the main watcher's events are stripped by (`None` for
     /// [`for_stream`](Controller::for_stream), whose store the caller fills).
     strip: Option<strip::StripSwitch>,
+    /// Set by [`new`](Controller::new): the main watcher's API, and the
+    /// selector a split cache narrows it with before it starts.
+    main_watch: Option<split::MainWatch<K>>,
     #[cfg(feature = "prometheus")]
     metrics: Option<crate::metrics::ControllerMetrics>,
 }
@@ -156,7 +160,10 @@ where
     #[must_use]
     pub fn new_with(main_api: Api<K>, wc: watcher::Config, dyntype: K::DynamicType) -> Self {
         let writer = Writer::<K>::new(dyntype.clone());
-        Self::for_events_with(watcher(main_api, wc), writer, dyntype)
+        let (main_watch, events) = split::MainWatch::new(main_api, wc);
+        let mut controller = Self::for_events_with(events, writer, dyntype);
+        controller.main_watch = Some(main_watch);
+        controller
     }
 
     /// A controller fed by watcher events you produce yourself (a watcher
@@ -267,6 +274,7 @@ where
             manager: None,
             gates: Vec::new(),
             strip: None,
+            main_watch: None,
             #[cfg(feature = "prometheus")]
             metrics: None,
         }
@@ -727,6 +735,7 @@ where
             manager: self.manager,
             gates: self.gates,
             strip: self.strip,
+            main_watch: self.main_watch,
             #[cfg(feature = "prometheus")]
             metrics: self.metrics,
         }
@@ -930,6 +939,12 @@ where
         // ordering is `Clone`).
         O: Clone,
     {
+        // Before anything polls the main watcher: a split cache narrows it.
+        let coordinator = split::narrow(
+            self.shards.as_ref(),
+            self.main_watch.as_ref(),
+            &self.dyntype,
+        );
         let builder = self.queue;
         #[cfg(feature = "prometheus")]
         let metrics = self.metrics.map(|m| m.recorder(builder.queue_name()));
@@ -976,7 +991,15 @@ where
         );
         let runner = runner.gated(self.gates);
         let shared = self.manager.as_ref().and_then(|m| m.replication());
-        match Replication::new(self.leader, self.shards, shared, self.dyntype.clone()) {
+        let replication = coordinator.and_then(|coordinator| {
+            let mut replication =
+                Replication::new(self.leader, self.shards, shared, self.dyntype.clone())?;
+            if let Some(coordinator) = coordinator {
+                replication.coordinate(coordinator);
+            }
+            Ok(replication)
+        });
+        match replication {
             Ok(replication) => runner.replicated(replication),
             Err(error) => runner.failed(error),
         }

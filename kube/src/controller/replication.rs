@@ -81,6 +81,14 @@ where
         }
     }
 
+    /// Runs for the group's coordinator with the membership (a split
+    /// cache; only shards have one).
+    pub(crate) fn coordinate(&mut self, start: super::split::StartCoordinator) {
+        if let Replication::Shards(shards) = self {
+            shards.coordinate(start);
+        }
+    }
+
     /// Starts the election or membership on the first call and follows
     /// it, with `cx` woken on a change. `Some` when the shard view
     /// changed: the keys it settled, for the runner to queue or forget.

@@ -20,10 +20,12 @@ use tokio::time::{Instant, Sleep, sleep_until};
 use tokio_util::sync::CancellationToken;
 
 use super::at_end::AtEnd;
+use super::split::StartCoordinator;
 use super::watched::Watched;
 use crate::shard::{
     Declared, HandOut, Joint, Member, Members, Shards, SharedMembership, Slot, View, object_hash,
 };
+use tokio_util::task::AbortOnDropHandle;
 
 /// The hash of the key string the shards use: `namespace/name`, or `name`.
 fn hash_of<K: Resource>(key: &ObjectRef<K>) -> u64 {
@@ -77,6 +79,10 @@ where
     cancel_at: Option<Pin<Box<Sleep>>>,
     leave: AtEnd,
     dyntype: K::DynamicType,
+    /// With a split cache: the candidacy for coordinator, started with the
+    /// membership, and then its task (stopped when this is dropped).
+    coordinator: Option<StartCoordinator>,
+    coordinating: Option<AbortOnDropHandle<()>>,
     #[cfg(feature = "prometheus")]
     metrics: Option<crate::shard::ShardMetrics>,
 }
@@ -123,7 +129,15 @@ where
             cancel_at: None,
             leave: AtEnd::default(),
             dyntype,
+            coordinator: None,
+            coordinating: None,
         }
+    }
+
+    /// Runs for the group's coordinator (a split cache) once the
+    /// membership starts.
+    pub(crate) fn coordinate(&mut self, start: StartCoordinator) {
+        self.coordinator = Some(start);
     }
 
     /// Starts the membership on the first call; tells whether the view
@@ -177,6 +191,9 @@ where
             },
         };
         self.slot = Some(self.joint.join());
+        if let Some(start) = self.coordinator.take() {
+            self.coordinating = Some(start(view.clone()));
+        }
         self.watched = Some(Watched::new(view));
     }
 

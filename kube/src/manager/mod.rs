@@ -161,6 +161,12 @@ pub enum ManagerError {
     /// called: a manager's controllers either all follow one leader or all
     /// share the keys.
     ElectionWithShards,
+    /// [`Manager::shards`] was given a config that splits the cache
+    /// ([`ShardConfig::split_cache`](crate::shard::ShardConfig::split_cache)):
+    /// a manager's caches are shared between its controllers and are not
+    /// split yet. Give the shards to each controller made with
+    /// [`Controller::new`](crate::Controller::new) instead.
+    SplitCacheInManager,
     /// The Lease config breaks client-go's timing rules.
     InvalidLeaseConfig(LeaseConfigError),
     /// [`Manager::run`] was called outside a tokio runtime with signal
@@ -195,6 +201,9 @@ impl fmt::Display for ManagerError {
             ManagerError::ShardsTwice => f.write_str("the manager has one shard membership only"),
             ManagerError::ElectionWithShards => f.write_str(
                 "the manager runs either a leader election or a shard membership, not both",
+            ),
+            ManagerError::SplitCacheInManager => f.write_str(
+                "a manager's shared caches are not split: give a split cache's shards to a controller made with Controller::new",
             ),
             ManagerError::InvalidLeaseConfig(error) => {
                 write!(f, "invalid lease config: {error}")
@@ -454,6 +463,9 @@ impl Manager {
             .config()
             .validate()
             .map_err(ManagerError::InvalidLeaseConfig)?;
+        if shards.config().splits_cache().is_some() {
+            return Err(ManagerError::SplitCacheInManager);
+        }
         *self.shared.shards.lock() = Some(SharedMembership::new(shards));
         Ok(self)
     }

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 
 use futures_util::future;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -31,6 +32,8 @@ pub struct Shards {
     api: Api<Lease>,
     config: ShardConfig,
     clock: WallClock,
+    /// Label writes made as the group's coordinator (split caches).
+    label_patches: Arc<AtomicU64>,
     #[cfg(feature = "prometheus")]
     metrics: Option<super::ShardMetrics>,
 }
@@ -51,6 +54,7 @@ impl Shards {
             api: Api::namespaced(client, config.namespace()),
             config,
             clock: Arc::new(Timestamp::now),
+            label_patches: Arc::default(),
             #[cfg(feature = "prometheus")]
             metrics: None,
         }
@@ -77,6 +81,23 @@ impl Shards {
     #[must_use]
     pub fn config(&self) -> &ShardConfig {
         &self.config
+    }
+
+    /// The shard labels this replica wrote while it was its group's
+    /// coordinator (with a split cache; clones of this `Shards` count
+    /// together).
+    #[must_use]
+    pub fn label_patches(&self) -> u64 {
+        self.label_patches.load(AtomicOrdering::Relaxed)
+    }
+
+    pub(crate) fn label_patch_counter(&self) -> Arc<AtomicU64> {
+        self.label_patches.clone()
+    }
+
+    /// The wall clock its Leases' `renewTime` is read from.
+    pub(crate) fn clock(&self) -> WallClock {
+        self.clock.clone()
     }
 
     #[cfg(feature = "prometheus")]

@@ -96,6 +96,53 @@
 //! Cancelled reconciles are reported as
 //! [`ControllerError::ReconcileFenced`](crate::ControllerError::ReconcileFenced).
 //!
+//! # Split caches
+//!
+//! By default every replica watches every object of the sharded kind and
+//! keeps all of them in its store. With
+//! [`ShardConfig::split_cache`] a replica's store holds only its own
+//! share, so its memory and its watch traffic fall as replicas are added:
+//!
+//! * every object carries the label [`label_key`]`(group)`, that is
+//!   `shard.workqueue.tokio.rs/{group}`, whose value is its owner's
+//!   identity. The members elect one of them **coordinator** through a
+//!   Lease of its own ([`ShardConfig::coordinator_lease`],
+//!   `{group}.coordinator`). The coordinator watches the kind's metadata
+//!   only and writes the label (a merge patch of that label alone) on new
+//!   objects, objects without it or with a wrong one (a member that left,
+//!   a hand edit, a user's own label under that key: the key is this
+//!   library's), and on the objects whose owner changes with the
+//!   membership, at most as fast as the [`LabelRate`] allows (200 a second
+//!   by default), retrying failures with a per-object backoff.
+//!   [`Shards::label_patches`] counts the writes a replica made;
+//! * each replica's main watch gets the selector [`selector`]`(config)`
+//!   added to the one it was given. An object relabelled away leaves its
+//!   store (the API server sends it as deleted), one relabelled to it
+//!   enters it (as added) and is queued if the replica owns it by then;
+//!   otherwise the hand-over that gives it the key finds it in the store.
+//!
+//! The label decides only which cache an object is in; the hand-over
+//! above still decides who may start a key. A label behind the membership
+//! (a coordinator slower than the replicas' views, or none alive for a
+//! moment) delays the key's reconcile until the object reaches its new
+//! owner's cache; it never lets two replicas run one key. A coordinator
+//! that dies is replaced when its Lease expires (a lease duration), and
+//! objects created meanwhile wait in no cache until the next one labels
+//! them. The coordinator's task stops with its controller; its Lease is
+//! left to expire.
+//!
+//! What a split cache needs: RBAC to `patch` the sharded kind and to
+//! `get`, `create` and `update` the coordinator's Lease; identities that are
+//! label values (at most 63 characters, which Pod names of Deployments
+//! and StatefulSets are); a controller made with
+//! [`Controller::new`](crate::Controller::new), whose own watcher it
+//! narrows (a controller given its stream reports
+//! [`ControllerError::SplitCacheWithoutWatcher`](crate::ControllerError::SplitCacheWithoutWatcher)).
+//! What stays whole: the caches of `owns` and `watches` (their triggers
+//! reach the owner's replica as before, and are dropped elsewhere), and a
+//! [`Manager`](crate::Manager)'s shared caches (`Manager::shards` refuses a
+//! split cache for now).
+//!
 //! # Failure semantics
 //!
 //! | what happens | result |
@@ -109,6 +156,7 @@
 //! | a paused process (GC, `SIGSTOP`) | as with leader election: a process paused for longer than lease duration minus renew deadline between its check and its action can act after others took over; keep reconciles idempotent |
 //! | two replicas with one identity | they write one Lease and fight over it (409s); identities must be unique (the Pod name) |
 //! | someone deletes a member's Lease | it stays a member until it expires; its holder makes a new Lease at its next renewal and joins again |
+//! | the coordinator crashes (split cache) | its Lease expires a lease duration after its last renewal and another member takes over; until then new objects and objects changing owner wait outside every cache, and are reconciled once labelled |
 //! | Leases of replicas that left | released Leases are deleted by the others once unchanged for [`ShardConfig::forget_after`] (four lease durations by default), with the version they saw as a precondition so a write in between wins; a replica back after that makes a new one |
 //!
 //! What was verified where: `tests/replicas/shards.rs` runs replicas in one
@@ -118,7 +166,10 @@
 //! crashes (hand-over about 600 ms), a replica cut off and back (it stops
 //! by about 500 ms, before anyone takes over), a replica joining (231 of
 //! 1,000 keys moved), a replica cut off while nobody polls its stream, a
-//! Lease deleted by hand and clocks 5 s off: these cases only there.
+//! Lease deleted by hand and clocks 5 s off: these cases only there. With
+//! split caches, the same file checks that each store holds exactly its
+//! replica's share (against [`owner`]), through a crash of the coordinator
+//! and a join, and that a label edited by hand is put back.
 //! `tests/shard_model.rs` explores the protocol exhaustively at small
 //! sizes with a model checker that decides through `shard::protocol`, the
 //! functions this module runs. `tests/on_apiserver/shards.rs` runs the split, a crash
@@ -159,7 +210,9 @@
 //! [`WatchPriorities::unchanged`]: crate::WatchPriorities::unchanged
 
 mod config;
+mod coordinator;
 mod joint;
+mod labels;
 mod member;
 #[cfg(feature = "prometheus")]
 mod metrics;
@@ -167,8 +220,11 @@ mod metrics;
 pub mod protocol;
 mod ring;
 
-pub use config::ShardConfig;
+pub use config::{LabelRate, ShardConfig};
+pub(crate) use coordinator::Coordinator;
 pub(crate) use joint::{Joint, Slot};
+pub(crate) use labels::narrow;
+pub use labels::{LABEL_PREFIX, label_key, selector};
 pub use member::Shards;
 pub(crate) use member::{Member, SharedMembership};
 #[cfg(feature = "prometheus")]

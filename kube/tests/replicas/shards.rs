@@ -33,13 +33,14 @@ use k8s_openapi::jiff::Timestamp;
 use kube_client::api::ListParams;
 use kube_client::{Api, ResourceExt};
 use kube_local_apiserver::{Endpoint, LocalApiServer};
+use kube_runtime::reflector::Store;
 use kube_runtime::watcher;
 use serde_json::json;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep};
 use tokio_workqueue_kube::leader::{LeaderElection, LeaseConfig, LeaseConfigError};
-use tokio_workqueue_kube::shard::{ACK_ANNOTATION, ShardConfig, Shards};
+use tokio_workqueue_kube::shard::{ACK_ANNOTATION, LabelRate, ShardConfig, Shards, label_key};
 use tokio_workqueue_kube::{Action, Controller, ControllerError, Error};
 
 use crate::replica_common::{
@@ -179,11 +180,16 @@ impl Changes {
     /// remembers the change.
     fn set(&self, server: &LocalApiServer, name: &str, value: &str) {
         let made = Instant::now();
+        // Labels stay as they are (a split cache's shard label among them).
+        let labels = server
+            .object("v1", "ConfigMap", Some("default"), name)
+            .and_then(|o| o["metadata"].get("labels").cloned())
+            .unwrap_or_else(|| json!({}));
         let stored = server
             .upsert(&json!({
                 "apiVersion": "v1",
                 "kind": "ConfigMap",
-                "metadata": { "name": name, "namespace": "default" },
+                "metadata": { "name": name, "namespace": "default", "labels": labels },
                 "data": { "v": value },
             }))
             .expect("stored");
@@ -295,6 +301,8 @@ struct Opts {
     work: Duration,
     requeue: Option<Duration>,
     skew_seconds: i64,
+    /// Split the cache (default label rate).
+    split: bool,
     #[cfg(feature = "prometheus")]
     metrics: Option<tokio_workqueue_kube::shard::ShardMetrics>,
 }
@@ -305,6 +313,7 @@ impl Default for Opts {
             work: Duration::from_millis(20),
             requeue: None,
             skew_seconds: 0,
+            split: false,
             #[cfg(feature = "prometheus")]
             metrics: None,
         }
@@ -324,6 +333,10 @@ struct Replica {
     slow: Arc<AtomicBool>,
     /// While true, nobody polls its controller stream.
     stall: watch::Sender<bool>,
+    /// Its controller's store.
+    store: Store<ConfigMap>,
+    /// Its membership (for the label writes it made as coordinator).
+    shards: Shards,
 }
 
 impl Replica {
@@ -332,32 +345,38 @@ impl Replica {
         let client = endpoint.client();
         let (shutdown, graceful) = oneshot::channel::<()>();
         let slow = Arc::new(AtomicBool::new(false));
-        let shards =
-            Shards::new(client.clone(), config(replica)).wall_clock(skewed(opts.skew_seconds));
+        let config = if opts.split {
+            config(replica).split_cache(LabelRate::DEFAULT)
+        } else {
+            config(replica)
+        };
+        let shards = Shards::new(client.clone(), config).wall_clock(skewed(opts.skew_seconds));
         #[cfg(feature = "prometheus")]
         let shards = match opts.metrics {
             Some(m) => shards.metrics(m),
             None => shards,
         };
-        let stream = Controller::new(
+        let controller = Controller::new(
             Api::<ConfigMap>::namespaced(client, "default"),
             watcher::Config::default(),
-        )
-        .shards(shards)
-        .graceful_shutdown_on(async move {
-            let _ = graceful.await;
-        })
-        .run(
-            reconcile,
-            error_policy,
-            Arc::new(Ctx {
-                record: record.clone(),
-                replica,
-                work: opts.work,
-                requeue: opts.requeue,
-                slow: slow.clone(),
-            }),
         );
+        let store = controller.store();
+        let stream = controller
+            .shards(shards.clone())
+            .graceful_shutdown_on(async move {
+                let _ = graceful.await;
+            })
+            .run(
+                reconcile,
+                error_policy,
+                Arc::new(Ctx {
+                    record: record.clone(),
+                    replica,
+                    work: opts.work,
+                    requeue: opts.requeue,
+                    slow: slow.clone(),
+                }),
+            );
         let errors = Arc::new(Mutex::new(Vec::new()));
         let fenced = Arc::new(AtomicUsize::new(0));
         let (reported, counted) = (errors.clone(), fenced.clone());
@@ -393,6 +412,8 @@ impl Replica {
             fenced,
             slow,
             stall,
+            store,
+            shards,
         }
     }
 
@@ -1273,4 +1294,242 @@ async fn replica_whose_lease_is_deleted_keeps_its_keys() {
     changes.set_all(&server, &names, "after the deletion");
     final_checks(&record, &changes, &all).await;
     record.check_owners_since(deleted, &names, &all).unwrap();
+}
+
+/// Split caches: the shard label each object carries, read from the server.
+fn shard_label(server: &LocalApiServer, name: &str) -> Option<String> {
+    server.object("v1", "ConfigMap", Some("default"), name)?["metadata"]["labels"]
+        [label_key(GROUP).as_str()]
+    .as_str()
+    .map(str::to_owned)
+}
+
+/// Every object is labelled with its owner among `members`.
+fn check_labels(
+    server: &LocalApiServer,
+    names: &[String],
+    members: &[usize],
+) -> Result<(), String> {
+    let wrong: Vec<(&String, Option<String>)> = names
+        .iter()
+        .map(|n| (n, shard_label(server, n)))
+        .filter(|(n, label)| label.as_deref() != Some(&*identity(owner_of(n, members))))
+        .collect();
+    if wrong.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} objects not labelled with their owner among {members:?}, e.g. {:?}",
+            wrong.len(),
+            &wrong[..wrong.len().min(5)]
+        ))
+    }
+}
+
+/// Each replica of `live` holds exactly the objects it owns among `live`
+/// in its store.
+fn check_stores(replicas: &[Replica], names: &[String], live: &[usize]) -> Result<(), String> {
+    for &i in live {
+        let mut held: Vec<String> = replicas[i]
+            .store
+            .state()
+            .iter()
+            .map(|o| o.name_any())
+            .collect();
+        held.sort();
+        let mut own: Vec<String> = names
+            .iter()
+            .filter(|n| owner_of(n, live) == i)
+            .cloned()
+            .collect();
+        own.sort();
+        if held != own {
+            return Err(format!(
+                "replica-{i} holds {} objects, owns {} among {live:?}",
+                held.len(),
+                own.len()
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn split(_: usize) -> Opts {
+    Opts {
+        split: true,
+        ..Opts::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn split_caches_hold_each_replicas_share_and_its_owner_reconciles_every_change() {
+    let (server, names, changes) = server_with(60).await;
+    let record = Arc::new(Record::default());
+    // Requeued, so that every key is reconciled again after the group
+    // settled, by its owner alone.
+    let replicas = start_all(&server, 3, &record, |i| Opts {
+        requeue: Some(Duration::from_millis(50)),
+        ..split(i)
+    });
+    let all = [0, 1, 2];
+    let settled = acknowledged(&server, &all).await;
+    wait_until("every object labelled with its owner", LIMIT, || {
+        check_labels(&server, &names, &all)
+    })
+    .await;
+    wait_until("each store holding its replica's share", LIMIT, || {
+        check_stores(&replicas, &names, &all)
+    })
+    .await;
+    wait_until("every key reconciled by its owner", LIMIT, || {
+        record.check_owners_since(settled, &names, &all)
+    })
+    .await;
+    changes.set_all(&server, &names, "changed");
+    final_checks(&record, &changes, &all).await;
+    record.check_owners_since(settled, &names, &all).unwrap();
+    // One replica at a time coordinates, and every object needed a label.
+    let written: u64 = replicas.iter().map(|r| r.shards.label_patches()).sum();
+    assert!(written >= 60, "{written} label writes for 60 objects");
+    for r in &replicas {
+        assert!(r.errors.lock().unwrap().is_empty(), "{:?}", r.errors);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_split_caches_a_crashed_coordinators_objects_move_to_the_survivors() {
+    let (server, names, changes) = server_with(60).await;
+    let record = Arc::new(Record::default());
+    let replicas = start_all(&server, 3, &record, split);
+    let all = [0, 1, 2];
+    acknowledged(&server, &all).await;
+    wait_until("every object labelled with its owner", LIMIT, || {
+        check_labels(&server, &names, &all)
+    })
+    .await;
+    // The coordinator goes, and takes its own share with it.
+    let holder =
+        crate::replica_common::lease_holder(server.client(), &format!("{GROUP}.coordinator"))
+            .await
+            .expect("a coordinator");
+    let crashed = all
+        .iter()
+        .position(|&i| identity(i) == holder)
+        .expect("a replica");
+    replicas[crashed].crash();
+    let live: Vec<usize> = all.into_iter().filter(|&i| i != crashed).collect();
+    acknowledged(&server, &live).await;
+    wait_until(
+        "every object labelled with its owner among the survivors",
+        LIMIT,
+        || check_labels(&server, &names, &live),
+    )
+    .await;
+    wait_until("each survivor's store holding its share", LIMIT, || {
+        check_stores(&replicas, &names, &live)
+    })
+    .await;
+    changes.set_all(&server, &names, "after the crash");
+    final_checks(&record, &changes, &live).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_split_caches_a_joining_replica_takes_its_share_out_of_the_others_caches() {
+    let (server, names, changes) = server_with(60).await;
+    let record = Arc::new(Record::default());
+    let mut replicas = start_all(&server, 3, &record, split);
+    acknowledged(&server, &[0, 1, 2]).await;
+    wait_until("every object labelled with its owner", LIMIT, || {
+        check_labels(&server, &names, &[0, 1, 2])
+    })
+    .await;
+    replicas.push(Replica::start(&server, 3, &record, split(3)));
+    let all = [0, 1, 2, 3];
+    acknowledged(&server, &all).await;
+    wait_until(
+        "every object labelled with its owner among four",
+        LIMIT,
+        || check_labels(&server, &names, &all),
+    )
+    .await;
+    // Objects left the three stores (the server sends them as deleted)
+    // and entered the fourth's.
+    wait_until("each store holding its share among four", LIMIT, || {
+        check_stores(&replicas, &names, &all)
+    })
+    .await;
+    changes.set_all(&server, &names, "after the join");
+    final_checks(&record, &changes, &all).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_label_edited_by_hand_is_put_back() {
+    let (server, names, changes) = server_with(30).await;
+    let record = Arc::new(Record::default());
+    let _replicas = start_all(&server, 2, &record, split);
+    let all = [0, 1];
+    acknowledged(&server, &all).await;
+    wait_until("every object labelled with its owner", LIMIT, || {
+        check_labels(&server, &names, &all)
+    })
+    .await;
+    // A member that never was, and the other member.
+    for (name, wrong) in [
+        ("cm-0", "nobody".to_string()),
+        ("cm-1", identity(1 - owner_of("cm-1", &all))),
+    ] {
+        let mut object = server
+            .object("v1", "ConfigMap", Some("default"), name)
+            .unwrap();
+        object["metadata"]["labels"][label_key(GROUP).as_str()] = json!(wrong);
+        object["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("resourceVersion");
+        server.upsert(&object).unwrap();
+        assert_eq!(shard_label(&server, name).as_deref(), Some(&*wrong));
+    }
+    wait_until("the labels put back", LIMIT, || {
+        check_labels(&server, &names, &all)
+    })
+    .await;
+    changes.set_all(&server, &names, "after the edit");
+    final_checks(&record, &changes, &all).await;
+}
+
+#[tokio::test]
+async fn a_split_cache_needs_the_controllers_own_watcher() {
+    let server = LocalApiServer::start().await;
+    let client = server.client();
+    let api = Api::<ConfigMap>::namespaced(client.clone(), "default");
+    let (reader, writer) = kube_runtime::reflector::store();
+    let stream = kube_runtime::WatchStreamExt::applied_objects(kube_runtime::reflector(
+        writer,
+        watcher(api, watcher::Config::default()),
+    ));
+    let shards = Shards::new(client, config(0).split_cache(LabelRate::DEFAULT));
+    let results: Vec<_> = Controller::for_stream(stream, reader)
+        .shards(shards)
+        .run(
+            reconcile,
+            error_policy,
+            Arc::new(Ctx {
+                record: Arc::default(),
+                replica: 0,
+                work: Duration::ZERO,
+                requeue: None,
+                slow: Arc::default(),
+            }),
+        )
+        .collect()
+        .await;
+    assert_eq!(results.len(), 1);
+    assert!(
+        matches!(
+            &results[0],
+            Err(Error::QueueError(ControllerError::SplitCacheWithoutWatcher))
+        ),
+        "{:?}",
+        results[0].as_ref().err().map(ToString::to_string)
+    );
 }

@@ -1,0 +1,103 @@
+//! A split cache, on the controller's side: the main watcher is built when
+//! first polled, so that a split cache can still narrow it to this
+//! replica's share, and the replica's candidacy for the group's
+//! coordinator starts with its membership.
+
+use std::fmt::Debug;
+use std::sync::{Arc, OnceLock};
+
+use futures_util::{Stream, StreamExt, stream};
+use kube_client::{Api, Resource};
+use kube_runtime::watcher::{self, Event, watcher};
+use serde::de::DeserializeOwned;
+use tokio::sync::watch;
+use tokio_util::task::AbortOnDropHandle;
+
+use super::error::ControllerError;
+use crate::shard::{Coordinator, Shards, View, selector};
+
+/// The main watcher of a controller made by
+/// [`Controller::new`](super::Controller::new): its API, and the selector
+/// of this replica's share once a split cache set it.
+pub(crate) struct MainWatch<K> {
+    api: Api<K>,
+    /// As the user gave it: the coordinator labels what it selects.
+    wc: watcher::Config,
+    own: Arc<OnceLock<String>>,
+}
+
+impl<K> MainWatch<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    /// The watch of `api` with `wc`, and its events, which start (with
+    /// `wc`'s label selector narrowed to this replica's share, if one was
+    /// set by then) when first polled.
+    pub(crate) fn new(
+        api: Api<K>,
+        wc: watcher::Config,
+    ) -> (
+        Self,
+        impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
+    ) {
+        let own = Arc::new(OnceLock::<String>::new());
+        let events = {
+            let (api, own, wc) = (api.clone(), own.clone(), wc.clone());
+            stream::once(async move {
+                let mut wc = wc;
+                if let Some(own) = own.get() {
+                    wc.label_selector =
+                        Some(crate::shard::narrow(wc.label_selector.as_deref(), own));
+                }
+                watcher(api, wc)
+            })
+            .flatten()
+        };
+        (MainWatch { api, wc, own }, events)
+    }
+}
+
+/// Starts a replica's candidacy for coordinator with the membership's view.
+pub(crate) type StartCoordinator =
+    Box<dyn FnOnce(watch::Receiver<Arc<View>>) -> AbortOnDropHandle<()> + Send>;
+
+/// For a controller whose shards split the cache: narrows its main watcher
+/// to this replica's share and gives the candidacy to start with the
+/// membership. `None` without a split cache (or with a shard config that
+/// does not validate: the membership reports that).
+///
+/// # Errors
+///
+/// A split cache on a controller that was not made by `Controller::new`
+/// (its watcher is someone else's, so it cannot be narrowed).
+pub(crate) fn narrow<K>(
+    shards: Option<&Shards>,
+    main: Option<&MainWatch<K>>,
+    dyntype: &K::DynamicType,
+) -> Result<Option<StartCoordinator>, ControllerError>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Clone + Send + Sync + 'static,
+{
+    let Some(shards) = shards.filter(|s| s.config().splits_cache().is_some()) else {
+        return Ok(None);
+    };
+    let Some(main) = main else {
+        return Err(ControllerError::SplitCacheWithoutWatcher);
+    };
+    let config = shards.config();
+    if config.validate().is_err() {
+        return Ok(None);
+    }
+    // Set once: a controller is run once.
+    let _ = main.own.set(selector(config));
+    let coordinator = Coordinator::new(
+        main.api.clone(),
+        main.wc.clone(),
+        dyntype.clone(),
+        config.clone(),
+        shards.clock(),
+        shards.label_patch_counter(),
+    );
+    Ok(Some(Box::new(move |view| coordinator.start(view))))
+}

@@ -1,0 +1,278 @@
+//! The coordinator of a group with split caches: the one member, elected
+//! through a Lease of its own, that labels every object of the sharded
+//! kind with its owner.
+//!
+//! Every member of the group runs for the coordinator's Lease. The one
+//! that holds it watches the kind's metadata only (no object bodies, a few
+//! hundred bytes an object) and queues each object whose label differs
+//! from its owner under the member set its membership sees: new objects,
+//! objects without the label or with a wrong one (edited by hand, or
+//! naming a member that left), and, at each change of the member set,
+//! every object that changes owner. A queue of its own (this crate's
+//! `WorkQueue`: one entry per object however often it changed, a token
+//! bucket for the rate, a per-object backoff for failures) feeds a few
+//! writers, which look again before writing, so a write is never made for
+//! a label that is right by then. Each write is a merge patch of the label
+//! alone.
+//!
+//! A coordinator that loses its Lease stops writing when its elector says
+//! so; writes it made late are harmless (the label only places the object
+//! in a cache, and the next coordinator corrects any that is wrong). One
+//! that dies is replaced when its Lease expires; objects created meanwhile
+//! are labelled by the next one, and wait in no cache until then.
+
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use futures_util::StreamExt;
+use kube_client::api::{Patch, PatchParams};
+use kube_client::{Api, Resource, ResourceExt};
+
+use kube_runtime::WatchStreamExt;
+use kube_runtime::watcher::{self, Event};
+use parking_lot::Mutex;
+use serde::de::DeserializeOwned;
+use tokio::sync::watch;
+use tokio_util::task::AbortOnDropHandle;
+use tokio_workqueue::{TokenBucket, WorkQueue};
+
+use super::ShardConfig;
+use super::labels::{label_key, relabel};
+use super::protocol::View;
+use super::ring::Members;
+use crate::leader::LeaderElection;
+use crate::lease::WallClock;
+
+/// How many label writes are in flight at once.
+const WRITERS: usize = 4;
+
+/// An object, by namespace and name.
+type ObjectKey = (Option<Arc<str>>, Arc<str>);
+
+/// What the coordinator knows: every object's current shard label, and the
+/// members to give objects to.
+#[derive(Default)]
+struct Book {
+    labels: HashMap<ObjectKey, Option<Arc<str>>>,
+    members: Members,
+}
+
+impl Book {
+    /// The owner to write on `key`, if its label is wrong.
+    fn wrong(&self, key: &ObjectKey) -> Option<Arc<str>> {
+        let current = self.labels.get(key)?;
+        relabel(&self.members, key.0.as_deref(), &key.1, current.as_deref()).map(Arc::from)
+    }
+}
+
+/// A member's candidacy for its group's coordinator: started with the
+/// membership, stopped (its task aborted) with the controller.
+pub(crate) struct Coordinator<K: Resource> {
+    api: Api<K>,
+    /// The controller's selection, without its own share's label.
+    wc: watcher::Config,
+    dyntype: K::DynamicType,
+    config: ShardConfig,
+    clock: WallClock,
+    patches: Arc<AtomicU64>,
+}
+
+impl<K> Coordinator<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Clone + Send + Sync + 'static,
+{
+    /// A candidate watching and labelling the objects of `api` that `wc`
+    /// selects (the controller's own API and selection, whatever its
+    /// namespace) for `config`'s group; `patches` counts the label writes
+    /// that succeeded.
+    pub(crate) fn new(
+        api: Api<K>,
+        wc: watcher::Config,
+        dyntype: K::DynamicType,
+        config: ShardConfig,
+        clock: WallClock,
+        patches: Arc<AtomicU64>,
+    ) -> Self {
+        Coordinator {
+            api,
+            wc,
+            dyntype,
+            config,
+            clock,
+            patches,
+        }
+    }
+
+    /// Runs for the coordinator's Lease on a task, giving objects to the
+    /// members `view` shows while it holds it. The task stops when the
+    /// handle is dropped.
+    pub(crate) fn start(self, view: watch::Receiver<Arc<View>>) -> AbortOnDropHandle<()> {
+        AbortOnDropHandle::new(tokio::spawn(self.run(view)))
+    }
+
+    async fn run(self, view: watch::Receiver<Arc<View>>) {
+        let clock = self.clock.clone();
+        let election = LeaderElection::new(
+            self.api.clone().into_client(),
+            self.config.coordinator_lease(),
+        )
+        .wall_clock(move || clock());
+        let elector = match election.start() {
+            Ok(elector) => elector,
+            // Validated with the shard config: cannot happen.
+            Err(error) => {
+                tracing::error!(%error, "shard coordinator not started");
+                return;
+            }
+        };
+        let mut state = elector.state();
+        loop {
+            if state.wait_for(|s| s.is_leading()).await.is_err() {
+                return;
+            }
+            tracing::info!(group = self.config.group(), "coordinating the shard labels");
+            tokio::select! {
+                () = self.label(view.clone()) => return,
+                _ = state.wait_for(|s| !s.is_leading()) => {
+                    tracing::info!(group = self.config.group(), "no longer coordinating the shard labels");
+                }
+            }
+        }
+    }
+
+    /// Merge-patches `object`'s metadata.
+    async fn patch(
+        &self,
+        object: &ObjectKey,
+        patch: &serde_json::Value,
+    ) -> Result<(), kube_client::Error> {
+        // The controller's API may be of all namespaces: the object's own
+        // namespace goes into the path.
+        let url = K::url_path(&self.dyntype, object.0.as_deref());
+        let request = kube_client::core::Request::new(url)
+            .patch_metadata(&object.1, &PatchParams::default(), &Patch::Merge(patch))
+            .map_err(kube_client::Error::BuildRequest)?;
+        self.api
+            .clone()
+            .into_client()
+            .request::<kube_client::core::PartialObjectMeta<K>>(request)
+            .await
+            .map(drop)
+    }
+
+    /// Labels objects for as long as it is polled (or until the membership
+    /// goes away).
+    async fn label(&self, mut view: watch::Receiver<Arc<View>>) {
+        let rate = self.config.splits_cache().unwrap_or_default();
+        let bucket = TokenBucket::new(rate.per_second, rate.burst)
+            .expect("the label rate is validated with the shard config");
+        let queue: WorkQueue<ObjectKey> = WorkQueue::builder().throttle(bucket).build();
+        let book = Arc::new(Mutex::new(Book::default()));
+        let key = label_key(self.config.group());
+
+        let follow_members = {
+            let (book, queue) = (book.clone(), queue.clone());
+            async move {
+                loop {
+                    let members = view.borrow_and_update().members.clone();
+                    {
+                        let mut book = book.lock();
+                        if book.members != members {
+                            book.members = members;
+                            for object in book.labels.keys() {
+                                if book.wrong(object).is_some() {
+                                    let _ = queue.add(object.clone());
+                                }
+                            }
+                        }
+                    }
+                    if view.changed().await.is_err() {
+                        return;
+                    }
+                }
+            }
+        };
+
+        let follow_objects = {
+            let (book, queue, key) = (book.clone(), queue.clone(), key.clone());
+            let mut fresh: Option<HashMap<ObjectKey, Option<Arc<str>>>> = None;
+            #[allow(deprecated)]
+            let events = watcher::metadata_watcher(self.api.clone(), self.wc.clone());
+            events.default_backoff().for_each(move |event| {
+                let mut book = book.lock();
+                let entry = |meta: &kube_client::core::PartialObjectMeta<K>| {
+                    let object: ObjectKey =
+                        (meta.namespace().map(Arc::from), Arc::from(meta.name_any()));
+                    let label = meta.labels().get(&key).map(|v| Arc::from(v.as_str()));
+                    (object, label)
+                };
+                match event {
+                    Ok(Event::Init) => fresh = Some(HashMap::new()),
+                    Ok(Event::InitApply(meta)) => {
+                        let (object, label) = entry(&meta);
+                        fresh.get_or_insert_default().insert(object, label);
+                    }
+                    Ok(Event::InitDone) => {
+                        book.labels = fresh.take().unwrap_or_default();
+                        for object in book.labels.keys() {
+                            if book.wrong(object).is_some() {
+                                let _ = queue.add(object.clone());
+                            }
+                        }
+                    }
+                    Ok(Event::Apply(meta)) => {
+                        let (object, label) = entry(&meta);
+                        book.labels.insert(object.clone(), label);
+                        if book.wrong(&object).is_some() {
+                            let _ = queue.add(object);
+                        }
+                    }
+                    Ok(Event::Delete(meta)) => {
+                        book.labels.remove(&entry(&meta).0);
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, "shard coordinator: watch failed; retrying");
+                    }
+                }
+                futures_util::future::ready(())
+            })
+        };
+
+        let write = queue.clone().for_each_concurrent(WRITERS, |item| {
+            let book = book.clone();
+            let key = key.clone();
+            async move {
+                let object = item.key().clone();
+                // Looked at again now: the label may have been put right, or
+                // the member set changed, since the object was queued.
+                let Some(owner) = book.lock().wrong(&object) else {
+                    item.forget();
+                    return;
+                };
+                let patch = serde_json::json!({ "metadata": { "labels": { key: &*owner } } });
+                match self.patch(&object, &patch).await {
+                    Ok(_) => {
+                        self.patches.fetch_add(1, Ordering::Relaxed);
+                        item.forget();
+                    }
+                    // Deleted since: its delete event takes it out of the book.
+                    Err(kube_client::Error::Api(status)) if status.code == 404 => item.forget(),
+                    Err(error) => {
+                        tracing::warn!(%error, object = %object.1, "shard coordinator: label not written; retrying");
+                        let _ = item.requeue_rate_limited();
+                    }
+                }
+            }
+        });
+
+        tokio::select! {
+            () = follow_members => {}
+            () = follow_objects => {}
+            () = write => {}
+        }
+        queue.shutdown();
+    }
+}

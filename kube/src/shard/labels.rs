@@ -1,0 +1,106 @@
+//! Split caches: the label that puts each object in its owner's cache, the
+//! selector a replica watches its share with, and what the coordinator
+//! writes.
+//!
+//! The label only decides which replica's cache an object is in; which
+//! replica may reconcile it is still decided by the acknowledgements on
+//! the Leases (see [`crate::shard`]). So a label that lags behind the
+//! membership, or is wrong for a moment, delays a reconcile (the object is
+//! missing from its owner's cache until it is relabelled) but never lets
+//! two replicas reconcile one key.
+
+use super::ShardConfig;
+use super::ring::{Members, object_hash};
+
+/// The prefix of every shard label's key; the group follows it.
+pub const LABEL_PREFIX: &str = "shard.workqueue.tokio.rs/";
+
+/// The key of group `group`'s shard label:
+/// `shard.workqueue.tokio.rs/{group}`. Its value is the owner's identity.
+///
+/// ```
+/// use tokio_workqueue_kube::shard::label_key;
+///
+/// assert_eq!(label_key("configmaps"), "shard.workqueue.tokio.rs/configmaps");
+/// ```
+#[must_use]
+pub fn label_key(group: &str) -> String {
+    format!("{LABEL_PREFIX}{group}")
+}
+
+/// The label selector of this replica's share with a split cache:
+/// `shard.workqueue.tokio.rs/{group}={identity}`.
+///
+/// ```
+/// use tokio_workqueue_kube::shard::{LabelRate, ShardConfig, selector};
+///
+/// let config = ShardConfig::new("cms", "default", "pod-a").split_cache(LabelRate::DEFAULT);
+/// assert_eq!(selector(&config), "shard.workqueue.tokio.rs/cms=pod-a");
+/// ```
+#[must_use]
+pub fn selector(config: &ShardConfig) -> String {
+    format!("{}={}", label_key(config.group()), config.identity())
+}
+
+/// `own` added to the selector a watcher was given, if any: a replica with
+/// a split cache watches what its user selected, of its own share.
+pub(crate) fn narrow(given: Option<&str>, own: &str) -> String {
+    match given.map(str::trim).filter(|g| !g.is_empty()) {
+        Some(given) => format!("{given},{own}"),
+        None => own.to_string(),
+    }
+}
+
+/// What the coordinator writes on the object `namespace/name` whose shard
+/// label is `current`: its owner under `members`, or `None` if the label
+/// is right already or there is no member to give it to.
+///
+/// A label naming a member that left, one edited by hand, and a user's own
+/// label under the same key are all overwritten: the key is this
+/// library's.
+pub(crate) fn relabel<'m>(
+    members: &'m Members,
+    namespace: Option<&str>,
+    name: &str,
+    current: Option<&str>,
+) -> Option<&'m str> {
+    let owner = members.owner(object_hash(namespace, name))?;
+    (current != Some(owner)).then_some(owner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shard::owner;
+
+    #[test]
+    fn a_replica_narrows_the_selector_it_was_given() {
+        assert_eq!(narrow(None, "s/g=a"), "s/g=a");
+        assert_eq!(narrow(Some(""), "s/g=a"), "s/g=a");
+        assert_eq!(narrow(Some("app=x"), "s/g=a"), "app=x,s/g=a");
+        assert_eq!(narrow(Some("app in (x,y)"), "s/g=a"), "app in (x,y),s/g=a");
+    }
+
+    #[test]
+    fn objects_are_labelled_with_their_owner_and_only_when_it_differs() {
+        let ids = ["a", "b", "c"];
+        let members = Members::new(ids);
+        for i in 0..300 {
+            let name = format!("cm-{i}");
+            let want = owner(&format!("default/{name}"), &ids).unwrap();
+            assert_eq!(relabel(&members, Some("default"), &name, None), Some(want));
+            assert_eq!(
+                relabel(&members, Some("default"), &name, Some("gone")),
+                Some(want)
+            );
+            assert_eq!(relabel(&members, Some("default"), &name, Some(want)), None);
+            // A cluster-scoped object's key is its name.
+            let want = owner(&name, &ids).unwrap();
+            assert_eq!(relabel(&members, None, &name, Some("")), Some(want));
+        }
+        assert_eq!(
+            relabel(&Members::default(), Some("default"), "x", None),
+            None
+        );
+    }
+}
