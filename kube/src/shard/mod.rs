@@ -169,7 +169,10 @@
 //! Lease deleted by hand and clocks 5 s off: these cases only there. With
 //! split caches, the same file checks that each store holds exactly its
 //! replica's share (against [`owner`]), through a crash of the coordinator
-//! and a join, and that a label edited by hand is put back.
+//! and a join, and that a label edited by hand is put back;
+//! `tests/on_apiserver/shards.rs` checks the shares through a crash of the
+//! coordinator on both servers (about 1.8 s to the survivors' new shares
+//! with a 1.5 s lease there).
 //! `tests/shard_model.rs` explores the protocol exhaustively at small
 //! sizes with a model checker that decides through `shard::protocol`, the
 //! functions this module runs. `tests/on_apiserver/shards.rs` runs the split, a crash

@@ -27,13 +27,14 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube_client::api::{Patch, PatchParams, PostParams};
 use kube_client::{Api, ResourceExt};
+use kube_runtime::reflector::Store;
 use kube_runtime::watcher;
 use kube_test_cluster::{TestNamespace, for_each_backend};
 use serde_json::json;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep};
-use tokio_workqueue_kube::shard::{ShardConfig, Shards, owner};
+use tokio_workqueue_kube::shard::{LabelRate, ShardConfig, Shards, label_key, owner};
 use tokio_workqueue_kube::{Action, Controller, Manager};
 
 use crate::replica_common::{Record, TestError, skewed};
@@ -487,6 +488,130 @@ async fn managers_share_one_membership_among_their_controllers() {
             assert_owners(&ns, record, left, &[0, 1]);
             record.check_no_overlap().unwrap();
         }
+        drop(replicas);
+    })
+    .await;
+}
+
+/// A replica with a split cache, and its controller's store.
+async fn split_replica(
+    ns: &TestNamespace,
+    replica: usize,
+    record: &Arc<Record>,
+) -> (Replica, Store<ConfigMap>) {
+    let client = kube_test_cluster::client(ns.backend()).await;
+    let config = config(ns, replica).split_cache(LabelRate::DEFAULT);
+    let controller = Controller::new(
+        Api::<ConfigMap>::namespaced(client.clone(), ns.name()),
+        watcher::Config::default(),
+    );
+    let store = controller.store();
+    let stream = controller.shards(Shards::new(client, config)).run(
+        reconcile,
+        retry,
+        Ctx::new(record, replica),
+    );
+    let replica = Replica {
+        task: tokio::spawn(stream.for_each(|_| async {})),
+        shutdown: None,
+    };
+    (replica, store)
+}
+
+/// Waits until every ConfigMap carries its owner among `members` in its
+/// shard label, as the API server returns them, and each store of
+/// `members` holds exactly its replica's objects.
+async fn wait_split(
+    ns: &TestNamespace,
+    stores: &[Store<ConfigMap>],
+    members: &[usize],
+) -> Result<(), String> {
+    let api = ns.api::<ConfigMap>();
+    let ids: Vec<String> = members.iter().map(|&m| identity(m)).collect();
+    let owner_of = |name: &str| {
+        owner(&format!("{}/{name}", ns.name()), &ids)
+            .unwrap()
+            .to_owned()
+    };
+    let key = label_key(GROUP);
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let listed = api.list(&Default::default()).await.unwrap().items;
+        let wrong = listed
+            .iter()
+            .filter(|cm| cm.labels().get(&key) != Some(&owner_of(&cm.name_any())))
+            .count();
+        let stores_wrong: Vec<String> = members
+            .iter()
+            .filter_map(|&m| {
+                let mut held: Vec<String> =
+                    stores[m].state().iter().map(|cm| cm.name_any()).collect();
+                held.sort();
+                let mut own: Vec<String> = listed
+                    .iter()
+                    .map(ResourceExt::name_any)
+                    .filter(|n| owner_of(n) == identity(m))
+                    .collect();
+                own.sort();
+                (held != own)
+                    .then(|| format!("replica-{m} holds {}, owns {}", held.len(), own.len()))
+            })
+            .collect();
+        if listed.len() == KEYS && wrong == 0 && stores_wrong.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "{wrong} of {} objects labelled wrong among {members:?}; {stores_wrong:?}",
+                listed.len()
+            ));
+        }
+        sleep(RETRY).await;
+    }
+}
+
+/// Split caches on both servers: each replica's store holds exactly its
+/// share (objects relabelled away leave it, as the API server sends them
+/// deleted; relabelled in, they enter it), through the crash of the
+/// coordinator; every change is reconciled by the owner alone.
+#[tokio::test]
+async fn split_caches_hold_each_replicas_share_through_a_coordinator_crash() {
+    for_each_backend("shards-split", |ns| async move {
+        let api = ns.api::<ConfigMap>();
+        create_all(&api).await;
+        let record = Arc::new(Record::default());
+        let mut replicas = Vec::new();
+        let mut stores = Vec::new();
+        for i in 0..3 {
+            let (replica, store) = split_replica(&ns, i, &record).await;
+            replicas.push(replica);
+            stores.push(store);
+        }
+        wait_split(&ns, &stores, &[0, 1, 2]).await.unwrap();
+        let changes = change_all(&api, "split").await;
+        record.wait_reconciled(&changes, &[0, 1, 2]).await;
+
+        let leases: Api<Lease> = ns.api();
+        let holder = leases
+            .get(&format!("{GROUP}.coordinator"))
+            .await
+            .unwrap()
+            .spec
+            .and_then(|s| s.holder_identity)
+            .expect("a coordinator");
+        let crashed = (0..3).find(|&i| identity(i) == holder).unwrap();
+        replicas[crashed].task.abort();
+        let crash = Instant::now();
+        let live: Vec<usize> = (0..3).filter(|&i| i != crashed).collect();
+        wait_split(&ns, &stores, &live).await.unwrap();
+        println!(
+            "{}: the survivors' caches held their new shares {:?} after the coordinator crashed",
+            ns.backend(),
+            crash.elapsed()
+        );
+        let changes = change_all(&api, "after the crash").await;
+        record.wait_reconciled(&changes, &live).await;
+        record.check_no_overlap().unwrap();
         drop(replicas);
     })
     .await;
