@@ -23,9 +23,9 @@ use super::at_end::AtEnd;
 use super::split::StartCoordinator;
 use super::watched::Watched;
 use crate::shard::{
-    Declared, HandOut, Joint, Member, Members, Shards, SharedMembership, Slot, View, object_hash,
+    Coordinating, Declared, HandOut, Joint, Member, Members, Shards, SharedMembership, Slot, View,
+    object_hash,
 };
-use tokio_util::task::AbortOnDropHandle;
 
 /// The hash of the key string the shards use: `namespace/name`, or `name`.
 fn hash_of<K: Resource>(key: &ObjectRef<K>) -> u64 {
@@ -82,7 +82,7 @@ where
     /// With a split cache: the candidacy for coordinator, started with the
     /// membership, and then its task (stopped when this is dropped).
     coordinator: Option<StartCoordinator>,
-    coordinating: Option<AbortOnDropHandle<()>>,
+    coordinating: Option<Coordinating>,
     #[cfg(feature = "prometheus")]
     metrics: Option<crate::shard::ShardMetrics>,
 }
@@ -397,9 +397,21 @@ where
         // membership need not wait for this one any more. A shared
         // membership is the manager's to leave.
         self.slot = None;
-        let member = &mut self.member;
-        self.leave
-            .poll(cx, || member.take().map(|m| m.leave().boxed()))
+        let (member, coordinating) = (&mut self.member, &mut self.coordinating);
+        self.leave.poll(cx, || {
+            let coordinating = coordinating.take();
+            member.take().map(|m| {
+                async move {
+                    // The coordinator's Lease first: the others then find
+                    // one to take over as soon as this one is gone.
+                    if let Some(c) = coordinating {
+                        c.leave().await;
+                    }
+                    m.leave().await;
+                }
+                .boxed()
+            })
+        })
     }
 }
 

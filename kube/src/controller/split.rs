@@ -11,10 +11,9 @@ use kube_client::{Api, Resource};
 use kube_runtime::watcher::{self, Event, watcher};
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
-use tokio_util::task::AbortOnDropHandle;
 
 use super::error::ControllerError;
-use crate::shard::{Coordinator, Shards, View, selector};
+use crate::shard::{Coordinating, Coordinator, Shards, View, selector};
 
 /// The main watcher of a controller made by
 /// [`Controller::new`](super::Controller::new): its API, and the selector
@@ -59,7 +58,7 @@ where
 
 /// Starts a replica's candidacy for coordinator with the membership's view.
 pub(crate) type StartCoordinator =
-    Box<dyn FnOnce(watch::Receiver<Arc<View>>) -> AbortOnDropHandle<()> + Send>;
+    Box<dyn FnOnce(watch::Receiver<Arc<View>>) -> Coordinating + Send>;
 
 /// For a controller whose shards split the cache: narrows its main watcher
 /// to this replica's share and gives the candidacy to start with the

@@ -35,6 +35,7 @@ use kube_runtime::watcher::{self, Event};
 use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 use tokio_workqueue::{TokenBucket, WorkQueue};
 
@@ -64,6 +65,21 @@ impl Book {
     fn wrong(&self, key: &ObjectKey) -> Option<Arc<str>> {
         let current = self.labels.get(key)?;
         relabel(&self.members, key.0.as_deref(), &key.1, current.as_deref()).map(Arc::from)
+    }
+}
+
+/// A running candidacy: dropped, it stops at once (its Lease, if held,
+/// expires as after a crash); [`leave`](Self::leave) releases the Lease.
+pub(crate) struct Coordinating {
+    task: AbortOnDropHandle<()>,
+    stop: CancellationToken,
+}
+
+impl Coordinating {
+    /// Stops labelling and releases the coordinator's Lease if held.
+    pub(crate) async fn leave(mut self) {
+        self.stop.cancel();
+        let _ = (&mut self.task).await;
     }
 }
 
@@ -108,12 +124,17 @@ where
 
     /// Runs for the coordinator's Lease on a task, giving objects to the
     /// members `view` shows while it holds it. The task stops when the
-    /// handle is dropped.
-    pub(crate) fn start(self, view: watch::Receiver<Arc<View>>) -> AbortOnDropHandle<()> {
-        AbortOnDropHandle::new(tokio::spawn(self.run(view)))
+    /// handle is dropped (its Lease left to expire, as after a crash) or
+    /// left (the Lease released).
+    pub(crate) fn start(self, view: watch::Receiver<Arc<View>>) -> Coordinating {
+        let stop = CancellationToken::new();
+        Coordinating {
+            task: AbortOnDropHandle::new(tokio::spawn(self.run(view, stop.clone()))),
+            stop,
+        }
     }
 
-    async fn run(self, view: watch::Receiver<Arc<View>>) {
+    async fn run(self, view: watch::Receiver<Arc<View>>, stop: CancellationToken) {
         let clock = self.clock.clone();
         let election = LeaderElection::new(
             self.api.clone().into_client(),
@@ -129,17 +150,28 @@ where
             }
         };
         let mut state = elector.state();
-        loop {
-            if state.wait_for(|s| s.is_leading()).await.is_err() {
-                return;
-            }
-            tracing::info!(group = self.config.group(), "coordinating the shard labels");
-            tokio::select! {
-                () = self.label(view.clone()) => return,
-                _ = state.wait_for(|s| !s.is_leading()) => {
-                    tracing::info!(group = self.config.group(), "no longer coordinating the shard labels");
+        let lead = async {
+            loop {
+                if state.wait_for(|s| s.is_leading()).await.is_err() {
+                    return;
+                }
+                tracing::info!(group = self.config.group(), "coordinating the shard labels");
+                tokio::select! {
+                    () = self.label(view.clone()) => return,
+                    _ = state.wait_for(|s| !s.is_leading()) => {
+                        tracing::info!(group = self.config.group(), "no longer coordinating the shard labels");
+                    }
                 }
             }
+        };
+        tokio::select! {
+            () = stop.cancelled() => {}
+            () = lead => {}
+        }
+        // Released, so that the next coordinator need not wait a lease
+        // duration.
+        if let Err(error) = elector.release().await {
+            tracing::warn!(%error, "shard coordinator: Lease not released");
         }
     }
 

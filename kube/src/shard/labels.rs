@@ -42,6 +42,36 @@ pub fn selector(config: &ShardConfig) -> String {
     format!("{}={}", label_key(config.group()), config.identity())
 }
 
+/// The shard label of `owner` in group `group`, as a (key, value) pair to
+/// copy onto the children a reconciler creates or updates, or `None` if
+/// `owner` has none yet.
+///
+/// With the label copied, the children's watch can be split too: give
+/// [`Controller::owns`](crate::Controller::owns) a config selecting
+/// [`selector`]`(config)`. The coordinator labels only the sharded kind,
+/// so a child keeps its label until its owner's reconcile copies the new
+/// one; an owner that moves is reconciled by its new replica after the
+/// hand-over, which copies it then.
+///
+/// ```
+/// use k8s_openapi::api::core::v1::ConfigMap;
+/// use tokio_workqueue_kube::shard::label_for;
+///
+/// let mut owner = ConfigMap::default();
+/// assert_eq!(label_for(&owner, "cms"), None);
+/// owner.metadata.labels = Some([("shard.workqueue.tokio.rs/cms".to_string(), "pod-a".to_string())].into());
+/// assert_eq!(
+///     label_for(&owner, "cms"),
+///     Some(("shard.workqueue.tokio.rs/cms".to_string(), "pod-a".to_string()))
+/// );
+/// ```
+#[must_use]
+pub fn label_for<K: kube_client::Resource>(owner: &K, group: &str) -> Option<(String, String)> {
+    let key = label_key(group);
+    let value = owner.meta().labels.as_ref()?.get(&key)?.clone();
+    Some((key, value))
+}
+
 /// `own` added to the selector a watcher was given, if any: a replica with
 /// a split cache watches what its user selected, of its own share.
 pub(crate) fn narrow(given: Option<&str>, own: &str) -> String {

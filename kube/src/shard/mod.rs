@@ -128,8 +128,9 @@
 //! owner's cache; it never lets two replicas run one key. A coordinator
 //! that dies is replaced when its Lease expires (a lease duration), and
 //! objects created meanwhile wait in no cache until the next one labels
-//! them. The coordinator's task stops with its controller; its Lease is
-//! left to expire.
+//! them. A replica that shuts down gracefully releases the coordinator's
+//! Lease before its own, so another member takes over at once; one whose
+//! controller stream is dropped leaves it to expire.
 //!
 //! What a split cache needs: RBAC to `patch` the sharded kind and to
 //! `get`, `create` and `update` the coordinator's Lease; identities that are
@@ -139,7 +140,9 @@
 //! narrows (a controller given its stream reports
 //! [`ControllerError::SplitCacheWithoutWatcher`](crate::ControllerError::SplitCacheWithoutWatcher)).
 //! What stays whole: the caches of `owns` and `watches` (their triggers
-//! reach the owner's replica as before, and are dropped elsewhere), and a
+//! reach the owner's replica as before, and are dropped elsewhere) unless
+//! the reconciler copies its object's label onto the children it makes
+//! ([`label_for`]) and selects [`selector`]`(config)` in `owns`, and a
 //! [`Manager`](crate::Manager)'s shared caches (`Manager::shards` refuses a
 //! split cache for now).
 //!
@@ -224,10 +227,10 @@ pub mod protocol;
 mod ring;
 
 pub use config::{LabelRate, ShardConfig};
-pub(crate) use coordinator::Coordinator;
+pub(crate) use coordinator::{Coordinating, Coordinator};
 pub(crate) use joint::{Joint, Slot};
 pub(crate) use labels::narrow;
-pub use labels::{LABEL_PREFIX, label_key, selector};
+pub use labels::{LABEL_PREFIX, label_for, label_key, selector};
 pub use member::Shards;
 pub(crate) use member::{Member, SharedMembership};
 #[cfg(feature = "prometheus")]

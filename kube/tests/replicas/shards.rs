@@ -1533,3 +1533,54 @@ async fn a_split_cache_needs_the_controllers_own_watcher() {
         results[0].as_ref().err().map(ToString::to_string)
     );
 }
+
+/// A coordinator that shuts down gracefully releases its Lease, so the
+/// next one labels new objects well before a lease duration.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_split_caches_a_coordinator_that_shuts_down_hands_over_at_once() {
+    let (server, names, changes) = server_with(20).await;
+    let record = Arc::new(Record::default());
+    let mut replicas = start_all(&server, 2, &record, split);
+    let all = [0, 1];
+    acknowledged(&server, &all).await;
+    wait_until("every object labelled with its owner", LIMIT, || {
+        check_labels(&server, &names, &all)
+    })
+    .await;
+    let coordinator_lease = format!("{GROUP}.coordinator");
+    let holder = crate::replica_common::lease_holder(server.client(), &coordinator_lease)
+        .await
+        .expect("a coordinator");
+    let leaving = all.iter().position(|&i| identity(i) == holder).unwrap();
+    let live = [1 - leaving];
+
+    let replica = &mut replicas[leaving];
+    replica.shutdown.take().unwrap().send(()).unwrap();
+    tokio::time::timeout(LIMIT, &mut replica.task)
+        .await
+        .expect("the controller ended")
+        .unwrap();
+    let ended = Instant::now();
+    // A new object, which only a coordinator labels into a cache.
+    let mut names = names;
+    names.push("cm-new".to_string());
+    changes.set(&server, "cm-new", "created");
+    wait_until("every object labelled with the survivor", LIMIT, || {
+        check_labels(&server, &names, &live)
+    })
+    .await;
+    let relabelled = ended.elapsed();
+    println!("the survivor labelled every object {relabelled:?} after the coordinator left");
+    // Had the Lease been left to expire, the survivor would have taken it
+    // a lease duration after the last renewal it saw, a retry period at
+    // most before the shutdown: 500 ms after it at the earliest.
+    assert!(
+        relabelled < LEASE / 2,
+        "{relabelled:?}: the next coordinator waited for the Lease to expire"
+    );
+    let new_coordinator =
+        crate::replica_common::lease_holder(server.client(), &coordinator_lease).await;
+    assert_eq!(new_coordinator, Some(identity(live[0])));
+    changes.set_all(&server, &names, "after the shutdown");
+    final_checks(&record, &changes, &live).await;
+}
