@@ -301,8 +301,9 @@ struct Opts {
     work: Duration,
     requeue: Option<Duration>,
     skew_seconds: i64,
-    /// Split the cache (default label rate).
+    /// Split the cache, at this label rate if given (the default's if not).
     split: bool,
+    label_rate: Option<LabelRate>,
     #[cfg(feature = "prometheus")]
     metrics: Option<tokio_workqueue_kube::shard::ShardMetrics>,
 }
@@ -314,6 +315,7 @@ impl Default for Opts {
             requeue: None,
             skew_seconds: 0,
             split: false,
+            label_rate: None,
             #[cfg(feature = "prometheus")]
             metrics: None,
         }
@@ -346,7 +348,7 @@ impl Replica {
         let (shutdown, graceful) = oneshot::channel::<()>();
         let slow = Arc::new(AtomicBool::new(false));
         let config = if opts.split {
-            config(replica).split_cache(LabelRate::DEFAULT)
+            config(replica).split_cache(opts.label_rate.unwrap_or_default())
         } else {
             config(replica)
         };
@@ -675,10 +677,12 @@ async fn start_busy(
     server: &LocalApiServer,
     names: &[String],
     record: &Arc<Record>,
+    split: bool,
 ) -> Vec<Replica> {
     let replicas = start_all(server, 3, record, |_| Opts {
         work: Duration::from_millis(150),
         requeue: Some(Duration::from_millis(50)),
+        split,
         ..Opts::default()
     });
     let all = [0, 1, 2];
@@ -772,9 +776,18 @@ async fn cut_off_while_slow(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replica_cut_off_from_the_api_server_fences_and_comes_back() {
+    cut_off_and_back(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_split_caches_a_replica_cut_off_fences_and_comes_back() {
+    cut_off_and_back(true).await;
+}
+
+async fn cut_off_and_back(split: bool) {
     let (server, names, changes) = server_with(30).await;
     let record = Arc::new(Record::default());
-    let replicas = start_busy(&server, &names, &record).await;
+    let replicas = start_busy(&server, &names, &record, split).await;
     let all = [0, 1, 2];
     let cut_off = 2;
     let CutOff {
@@ -848,6 +861,14 @@ async fn replica_cut_off_from_the_api_server_fences_and_comes_back() {
         record.check_owners_since(resettled, &names, &all)
     })
     .await;
+    if split {
+        wait_until(
+            "each store holding its replica's share again",
+            LIMIT,
+            || check_stores(&replicas, &names, &all),
+        )
+        .await;
+    }
 
     changes.set_all(&server, &names, "after the return");
     final_checks(&record, &changes, &all).await;
@@ -856,16 +877,32 @@ async fn replica_cut_off_from_the_api_server_fences_and_comes_back() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replica_clock_5s_ahead_or_behind_changes_nothing() {
+    clocks_5s_apart(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_split_caches_clocks_5s_apart_change_nothing() {
+    clocks_5s_apart(true).await;
+}
+
+async fn clocks_5s_apart(split: bool) {
     let (server, names, changes) = server_with(30).await;
     let record = Arc::new(Record::default());
     let skew = [-5, 5, 0];
     let replicas = start_all(&server, 3, &record, |i| Opts {
         requeue: Some(Duration::from_millis(50)),
         skew_seconds: skew[i],
+        split,
         ..Opts::default()
     });
     let all = [0, 1, 2];
     let settled = acknowledged(&server, &all).await;
+    if split {
+        wait_until("each store holding its replica's share", LIMIT, || {
+            check_stores(&replicas, &names, &all)
+        })
+        .await;
+    }
 
     // The clocks are in effect: renewTimes 5 s off either way.
     let now = Timestamp::now();
@@ -1242,7 +1279,7 @@ async fn replica_record_checks_can_fail() {
 async fn replica_fences_even_while_its_stream_is_not_polled() {
     let (server, names, changes) = server_with(30).await;
     let record = Arc::new(Record::default());
-    let replicas = start_busy(&server, &names, &record).await;
+    let replicas = start_busy(&server, &names, &record, false).await;
     let all = [0, 1, 2];
     let cut_off = 2;
     cut_off_while_slow(&replicas, cut_off, &record, &names, true).await;
@@ -1266,7 +1303,7 @@ async fn replica_fences_even_while_its_stream_is_not_polled() {
 async fn replica_whose_lease_is_deleted_keeps_its_keys() {
     let (server, names, changes) = server_with(30).await;
     let record = Arc::new(Record::default());
-    let _replicas = start_busy(&server, &names, &record).await;
+    let _replicas = start_busy(&server, &names, &record, false).await;
     let all = [0, 1, 2];
     let victim = 2;
 
@@ -1582,5 +1619,69 @@ async fn with_split_caches_a_coordinator_that_shuts_down_hands_over_at_once() {
         crate::replica_common::lease_holder(server.client(), &coordinator_lease).await;
     assert_eq!(new_coordinator, Some(identity(live[0])));
     changes.set_all(&server, &names, "after the shutdown");
+    final_checks(&record, &changes, &live).await;
+}
+
+/// The coordinator crashes while it moves objects to a replica that just
+/// joined (labels written slowly, so that the crash falls in the middle):
+/// the next coordinator, elected once its Lease expired, finishes the move.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_split_caches_a_coordinator_crashing_mid_relabel_is_finished_by_the_next() {
+    let (server, names, changes) = server_with(20).await;
+    let record = Arc::new(Record::default());
+    let slow = |i| Opts {
+        label_rate: Some(LabelRate {
+            per_second: 20.0,
+            burst: 1,
+        }),
+        ..split(i)
+    };
+    let mut replicas = start_all(&server, 3, &record, slow);
+    wait_until("every object labelled with its owner", LIMIT, || {
+        check_labels(&server, &names, &[0, 1, 2])
+    })
+    .await;
+    let holder =
+        crate::replica_common::lease_holder(server.client(), &format!("{GROUP}.coordinator"))
+            .await
+            .expect("a coordinator");
+    let coordinator = (0..3).find(|&i| identity(i) == holder).unwrap();
+    replicas.push(Replica::start(&server, 3, &record, slow(3)));
+    let all = [0, 1, 2, 3];
+    let moving = names.iter().filter(|n| owner_of(n, &all) == 3).count();
+    assert!(moving >= 2, "only {moving} objects move to the new replica");
+    // Some moved, not all: the crash falls mid-relabel.
+    wait_until("the first objects moved", LIMIT, || {
+        let moved = names
+            .iter()
+            .filter(|n| shard_label(&server, n).as_deref() == Some("replica-3"))
+            .count();
+        if moved >= 1 {
+            Ok(())
+        } else {
+            Err("none yet".into())
+        }
+    })
+    .await;
+    replicas[coordinator].crash();
+    let moved = names
+        .iter()
+        .filter(|n| shard_label(&server, n).as_deref() == Some("replica-3"))
+        .count();
+    println!("{moved} of {moving} objects moved when the coordinator crashed");
+    assert!(moved < moving, "the move was over before the crash");
+    let live: Vec<usize> = all.into_iter().filter(|&i| i != coordinator).collect();
+    acknowledged(&server, &live).await;
+    wait_until(
+        "every object labelled with its owner among the live",
+        LIMIT,
+        || check_labels(&server, &names, &live),
+    )
+    .await;
+    wait_until("each live store holding its share", LIMIT, || {
+        check_stores(&replicas, &names, &live)
+    })
+    .await;
+    changes.set_all(&server, &names, "after the crash");
     final_checks(&record, &changes, &live).await;
 }
