@@ -46,6 +46,42 @@ use super::ring::Members;
 use crate::leader::LeaderElection;
 use crate::lease::WallClock;
 
+/// Counts the label writes a replica made as coordinator: for
+/// [`Shards::label_patches`](super::Shards::label_patches) and, if given,
+/// the shard metrics.
+#[derive(Clone, Default)]
+pub(crate) struct PatchCount(Arc<Patches>);
+
+#[derive(Default)]
+struct Patches {
+    count: AtomicU64,
+    #[cfg(feature = "prometheus")]
+    metrics: Option<super::ShardMetrics>,
+}
+
+impl PatchCount {
+    /// A count also reported in `metrics`.
+    #[cfg(feature = "prometheus")]
+    pub(crate) fn with_metrics(metrics: super::ShardMetrics) -> Self {
+        PatchCount(Arc::new(Patches {
+            count: AtomicU64::new(0),
+            metrics: Some(metrics),
+        }))
+    }
+
+    pub(crate) fn get(&self) -> u64 {
+        self.0.count.load(Ordering::Relaxed)
+    }
+
+    fn add(&self, _group: &str) {
+        self.0.count.fetch_add(1, Ordering::Relaxed);
+        #[cfg(feature = "prometheus")]
+        if let Some(m) = &self.0.metrics {
+            m.patched(_group);
+        }
+    }
+}
+
 /// How many label writes are in flight at once.
 const WRITERS: usize = 4;
 
@@ -92,7 +128,7 @@ pub(crate) struct Coordinator<K: Resource> {
     dyntype: K::DynamicType,
     config: ShardConfig,
     clock: WallClock,
-    patches: Arc<AtomicU64>,
+    patches: PatchCount,
 }
 
 impl<K> Coordinator<K>
@@ -110,7 +146,7 @@ where
         dyntype: K::DynamicType,
         config: ShardConfig,
         clock: WallClock,
-        patches: Arc<AtomicU64>,
+        patches: PatchCount,
     ) -> Self {
         Coordinator {
             api,
@@ -287,7 +323,7 @@ where
                 let patch = serde_json::json!({ "metadata": { "labels": { key: &*owner } } });
                 match self.patch(&object, &patch).await {
                     Ok(_) => {
-                        self.patches.fetch_add(1, Ordering::Relaxed);
+                        self.patches.add(self.config.group());
                         item.forget();
                     }
                     // Deleted since: its delete event takes it out of the book.

@@ -4,7 +4,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 
 use futures_util::future;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -33,7 +32,7 @@ pub struct Shards {
     config: ShardConfig,
     clock: WallClock,
     /// Label writes made as the group's coordinator (split caches).
-    label_patches: Arc<AtomicU64>,
+    label_patches: super::coordinator::PatchCount,
     #[cfg(feature = "prometheus")]
     metrics: Option<super::ShardMetrics>,
 }
@@ -54,7 +53,7 @@ impl Shards {
             api: Api::namespaced(client, config.namespace()),
             config,
             clock: Arc::new(Timestamp::now),
-            label_patches: Arc::default(),
+            label_patches: Default::default(),
             #[cfg(feature = "prometheus")]
             metrics: None,
         }
@@ -73,6 +72,8 @@ impl Shards {
     #[cfg(feature = "prometheus")]
     #[must_use]
     pub fn metrics(mut self, metrics: super::ShardMetrics) -> Self {
+        // Before the membership starts, so nothing was counted yet.
+        self.label_patches = super::coordinator::PatchCount::with_metrics(metrics.clone());
         self.metrics = Some(metrics);
         self
     }
@@ -88,10 +89,10 @@ impl Shards {
     /// together).
     #[must_use]
     pub fn label_patches(&self) -> u64 {
-        self.label_patches.load(AtomicOrdering::Relaxed)
+        self.label_patches.get()
     }
 
-    pub(crate) fn label_patch_counter(&self) -> Arc<AtomicU64> {
+    pub(crate) fn label_patch_counter(&self) -> super::coordinator::PatchCount {
         self.label_patches.clone()
     }
 

@@ -1,10 +1,11 @@
 //! The shard gauges, on `prometheus-client`.
 
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-/// Two gauges per shard group, labelled `name` (the group), as this
+/// Gauges per shard group, labelled `name` (the group), as this
 /// replica sees them:
 ///
 /// * `workqueue_shard_members{name}`: the live members of the group,
@@ -13,7 +14,12 @@ use prometheus_client::registry::Registry;
 ///   store that this replica owns under that membership. When the
 ///   controllers of a [`Manager`](crate::Manager) share one membership,
 ///   this gauge is left unset: each owns its own kind's objects, and one
-///   series per group cannot tell them apart.
+///   series per group cannot tell them apart;
+///
+/// and one counter, with a split cache:
+///
+/// * `workqueue_shard_label_patches_total{name}`: the shard labels this
+///   replica wrote while it was the group's coordinator.
 ///
 /// Register it once, then give a clone to
 /// [`Shards::metrics`](super::Shards::metrics):
@@ -31,11 +37,13 @@ use prometheus_client::registry::Registry;
 /// prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
 /// assert!(text.contains(r#"workqueue_shard_members{name="configmaps"} 0"#));
 /// assert!(text.contains(r#"workqueue_shard_keys_owned{name="configmaps"} 0"#));
+/// assert_eq!(metrics.label_patches("configmaps"), 0);
 /// ```
 #[derive(Debug, Clone, Default)]
 pub struct ShardMetrics {
     members: Family<Vec<(String, String)>, Gauge>,
     keys_owned: Family<Vec<(String, String)>, Gauge>,
+    label_patches: Family<Vec<(String, String)>, Counter>,
 }
 
 impl ShardMetrics {
@@ -57,6 +65,23 @@ impl ShardMetrics {
             "Objects in the controller's store this replica owns in the shard group 'name'.",
             self.keys_owned.clone(),
         );
+        registry.register(
+            "workqueue_shard_label_patches",
+            "Shard labels this replica wrote as the coordinator of the shard group 'name'.",
+            self.label_patches.clone(),
+        );
+    }
+
+    /// The label patches counter of group `name` (its series is made, at
+    /// 0, if it was never reported).
+    #[must_use]
+    pub fn label_patches(&self, name: &str) -> u64 {
+        self.label_patches.get_or_create(&label(name)).get()
+    }
+
+    /// Counts a label patch of group `name`.
+    pub(crate) fn patched(&self, name: &str) {
+        self.label_patches.get_or_create(&label(name)).inc();
     }
 
     /// The members gauge of group `name` (its series is made, at 0, if

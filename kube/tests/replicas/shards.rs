@@ -1402,10 +1402,16 @@ fn split(_: usize) -> Opts {
 async fn split_caches_hold_each_replicas_share_and_its_owner_reconciles_every_change() {
     let (server, names, changes) = server_with(60).await;
     let record = Arc::new(Record::default());
+    #[cfg(feature = "prometheus")]
+    let metrics: Vec<_> = (0..3)
+        .map(|_| tokio_workqueue_kube::shard::ShardMetrics::new())
+        .collect();
     // Requeued, so that every key is reconciled again after the group
     // settled, by its owner alone.
     let replicas = start_all(&server, 3, &record, |i| Opts {
         requeue: Some(Duration::from_millis(50)),
+        #[cfg(feature = "prometheus")]
+        metrics: Some(metrics[i].clone()),
         ..split(i)
     });
     let all = [0, 1, 2];
@@ -1428,6 +1434,10 @@ async fn split_caches_hold_each_replicas_share_and_its_owner_reconciles_every_ch
     // One replica at a time coordinates, and every object needed a label.
     let written: u64 = replicas.iter().map(|r| r.shards.label_patches()).sum();
     assert!(written >= 60, "{written} label writes for 60 objects");
+    #[cfg(feature = "prometheus")]
+    for (r, m) in replicas.iter().zip(&metrics) {
+        assert_eq!(m.label_patches(GROUP), r.shards.label_patches());
+    }
     for r in &replicas {
         assert!(r.errors.lock().unwrap().is_empty(), "{:?}", r.errors);
     }
