@@ -66,6 +66,9 @@ mod report;
 #[path = "controllers/peers.rs"]
 mod peers;
 
+#[path = "controllers/c5.rs"]
+mod c5;
+
 /// What `report.rs` needs from the shared benchmark settings.
 mod settings {
     pub fn target_dir() -> std::path::PathBuf {
@@ -453,6 +456,7 @@ impl Bench {
                 Some(Line::Start { name, .. }) => {
                     seen.insert(name);
                 }
+                Some(Line::Held(_)) => {}
                 None => panic!(
                     "C3 {}: synced {synced}, {} of {n} reconciled when the controller stopped or {ALL_TIMEOUT:?} passed",
                     peer.name,
@@ -803,6 +807,10 @@ async fn run(bench: &mut Bench) {
         }
         push_c3(bench, &rss);
     }
+    if bench.opts.wants("C5") {
+        eprintln!("running C5...");
+        bench.c5().await;
+    }
     // C1-old last: its objects were created first, and by now (nearly)
     // a minute old.
     if let Some((ns, seeded)) = old
@@ -905,6 +913,20 @@ fn verdicts(report: &Report) -> Vec<(String, Option<bool>)> {
         m(OURS, "C4", "start to all reconciled ms"),
         m(cr, "C4", "start to all reconciled ms"),
         0.8,
+    );
+    ratio(
+        "C5 memory beyond an empty replica's, each of 3 with split caches vs 1 whole",
+        m(
+            concat!("tokio-workqueue-kube", " (3 replicas, split)"),
+            c5::WORKLOAD,
+            "RSS MiB per replica beyond empty, most",
+        ),
+        m(
+            concat!("tokio-workqueue-kube", " (1 replica, whole)"),
+            c5::WORKLOAD,
+            "RSS MiB per replica beyond empty, most",
+        ),
+        0.4,
     );
     // Every last write reconciled after it was made, every peer.
     for r in report

@@ -4,6 +4,7 @@
 //!
 //! ```text
 //! bench_controller --impl ours|kube-runtime --kubeconfig PATH --namespace NS [--strip-managed-fields]
+//!     [--shards GROUP --identity ID [--split-cache]]
 //! ```
 //!
 //! One controller for the ConfigMaps of one namespace, four reconciles at
@@ -20,6 +21,13 @@
 //!   its watcher stream with `.modify(|o| o.managed_fields_mut().clear())`,
 //!   reflected and handed to `Controller::for_stream`).
 //!
+//! With `--shards` (ours only, for C5), the controller is one replica of
+//! shard group `GROUP` as `ID` (Leases in the namespace; lease 3 s, renew
+//! deadline 2 s, retry 0.5 s), with `--split-cache` a split cache
+//! ([`ShardConfig::split_cache`](tokio_workqueue_kube::shard::ShardConfig::split_cache),
+//! the default label rate), and it prints `HELD n` (the objects in its
+//! store) every 250 ms.
+//!
 //! The controller-runtime peer is `kube/benches/go-controller`.
 
 use std::io::Write;
@@ -35,6 +43,7 @@ use kube_runtime::WatchStreamExt;
 use kube_runtime::controller::Action;
 use kube_runtime::reflector::{self, Store, reflector};
 use kube_runtime::watcher::{self, watcher};
+use tokio_workqueue_kube::shard::{LabelRate, ShardConfig, Shards};
 
 const CONCURRENCY: usize = 4;
 const WORK: Duration = Duration::from_millis(1);
@@ -81,14 +90,17 @@ struct Args {
     kubeconfig: String,
     namespace: String,
     strip: bool,
+    /// `--shards GROUP --identity ID`, and whether the cache is split.
+    shards: Option<(String, String, bool)>,
 }
 
 fn args() -> Args {
-    let usage = "usage: bench_controller --impl ours|kube-runtime --kubeconfig PATH --namespace NS [--strip-managed-fields]";
+    let usage = "usage: bench_controller --impl ours|kube-runtime --kubeconfig PATH --namespace NS [--strip-managed-fields] [--shards GROUP --identity ID [--split-cache]]";
     let mut imp = None;
     let mut kubeconfig = None;
     let mut namespace = None;
     let mut strip = false;
+    let (mut group, mut identity, mut split) = (None, None, false);
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -96,21 +108,33 @@ fn args() -> Args {
             "--kubeconfig" => kubeconfig = it.next(),
             "--namespace" => namespace = it.next(),
             "--strip-managed-fields" => strip = true,
+            "--shards" => group = it.next(),
+            "--identity" => identity = it.next(),
+            "--split-cache" => split = true,
             _ => {
                 eprintln!("{usage}");
                 std::process::exit(2);
             }
         }
     }
+    let shards = match (group, identity) {
+        (Some(group), Some(identity)) => Some((group, identity, split)),
+        (None, None) if !split => None,
+        _ => {
+            eprintln!("--shards and --identity go together (--split-cache with them)\n{usage}");
+            std::process::exit(2);
+        }
+    };
     match (imp, kubeconfig, namespace) {
         (Some(imp), Some(kubeconfig), Some(namespace))
-            if imp == "ours" || imp == "kube-runtime" =>
+            if imp == "ours" || (imp == "kube-runtime" && shards.is_none()) =>
         {
             Args {
                 imp,
                 kubeconfig,
                 namespace,
                 strip,
+                shards,
             }
         }
         _ => {
@@ -118,6 +142,16 @@ fn args() -> Args {
             std::process::exit(2);
         }
     }
+}
+
+/// Prints `HELD n`, the objects in `store`, every 250 ms.
+fn announce_held(store: Store<ConfigMap>) {
+    tokio::spawn(async move {
+        loop {
+            println!("HELD {}", store.state().len());
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    });
 }
 
 /// Prints `SYNCED` once `store` has its first list. (A
@@ -146,6 +180,7 @@ async fn main() {
         .await
         .expect("a client configuration from the kubeconfig");
     let client = Client::try_from(config).expect("a client");
+    let shard_client = client.clone();
     let api: Api<ConfigMap> = Api::namespaced(client, &args.namespace);
     let wc = watcher::Config::default();
     // Stop when the benchmark closes our standard input (or goes away).
@@ -160,6 +195,17 @@ async fn main() {
                 tokio_workqueue_kube::Controller::new(api, wc).concurrency(CONCURRENCY);
             if strip {
                 controller = controller.strip_managed_fields();
+            }
+            if let Some((group, identity, split)) = &args.shards {
+                let mut config = ShardConfig::new(group, &args.namespace, identity)
+                    .with_lease_duration(Duration::from_secs(3))
+                    .with_renew_deadline(Duration::from_secs(2))
+                    .with_retry_period(Duration::from_millis(500));
+                if *split {
+                    config = config.split_cache(LabelRate::DEFAULT);
+                }
+                controller = controller.shards(Shards::new(shard_client, config));
+                announce_held(controller.store());
             }
             announce_sync(controller.store());
             controller

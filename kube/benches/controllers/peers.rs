@@ -136,6 +136,8 @@ pub enum Line {
     Start { name: String, rv: u64, at: i128 },
     /// `SYNCED unix_nanos`: its cache has the first list.
     Synced,
+    /// `HELD n`: a replica's store holds `n` objects (C5).
+    Held(usize),
 }
 
 fn parse(line: &str) -> Option<Line> {
@@ -149,6 +151,7 @@ fn parse(line: &str) -> Option<Line> {
             Some(Line::Start { name, rv, at })
         }
         "SYNCED" => Some(Line::Synced),
+        "HELD" => Some(Line::Held(it.next()?.parse().ok()?)),
         _ => None,
     }
 }

@@ -1,0 +1,331 @@
+//! C5 split cache (shards): 30,000 ConfigMaps (600 in quick mode); this
+//! crate's controller as 1 and 3 replicas (processes), each with its cache
+//! whole and split. Figures per variant: objects and resident memory per
+//! replica once every object was reconciled once, the coordinator's bytes
+//! per object (split: its resident memory beyond the others' mean, per
+//! object), watch events the API server sent, creation-to-first-reconcile
+//! p50/p99 of objects created once the group is steady; and, split with 3
+//! replicas, the label patches when a fourth joins (3 to 4). The verdict:
+//! with split caches, each of 3 replicas at most 0.4x of one unsplit
+//! replica's memory beyond an empty replica's.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube_client::Api;
+use kube_client::api::{DeleteParams, PostParams};
+use tokio_workqueue_kube::shard::owner;
+
+use super::peers::{ApiLoad, Line, Peer, Running, unix_nanos};
+use super::{ALL_TIMEOUT, Bench, OURS, name};
+
+/// The namespace of C5's objects, and of an empty replica's.
+const NS: &str = "crb-shards";
+const EMPTY_NS: &str = "crb-shards-empty";
+pub(crate) const WORKLOAD: &str = "C5";
+
+/// One replica of a C5 group.
+struct Replica {
+    identity: String,
+    run: Running,
+    held: usize,
+}
+
+impl Bench {
+    fn c5_n(&self) -> usize {
+        if self.opts.quick { 600 } else { 30_000 }
+    }
+
+    /// Ours as replica `identity` of `group`, its cache split or not.
+    fn shard_peer(&self, group: &str, identity: &str, split: bool) -> Peer {
+        let ours = self
+            .peers
+            .iter()
+            .find(|p| p.name == OURS)
+            .expect("this crate's controller among the peers");
+        let mut args = ours.args.clone();
+        args.extend([
+            "--shards".into(),
+            group.into(),
+            "--identity".into(),
+            identity.into(),
+        ]);
+        if split {
+            args.push("--split-cache".into());
+        }
+        Peer {
+            name: OURS,
+            program: ours.program.clone(),
+            args,
+        }
+    }
+
+    fn start_replica(&self, ns: &str, group: &str, i: usize, split: bool) -> Replica {
+        let identity = format!("r{i}");
+        let peer = self.shard_peer(group, &identity, split);
+        Replica {
+            run: self.start(&peer, ns),
+            identity,
+            held: 0,
+        }
+    }
+
+    /// Reads every replica's lines until each holds what it should of
+    /// `names` (its share among the replicas if `split`, all otherwise) and
+    /// each of `reconciled` was reconciled once since `since` (Unix ns);
+    /// returns when each one's first such reconcile started.
+    async fn c5_steady(
+        &self,
+        what: &str,
+        replicas: &mut [Replica],
+        names: &HashSet<String>,
+        reconciled: &HashSet<String>,
+        split: bool,
+        since: i128,
+    ) -> HashMap<String, i128> {
+        let ids: Vec<String> = replicas.iter().map(|r| r.identity.clone()).collect();
+        let want: Vec<usize> = ids
+            .iter()
+            .map(|id| {
+                if split {
+                    names
+                        .iter()
+                        .filter(|n| owner(&format!("{NS}/{n}"), &ids) == Some(id.as_str()))
+                        .count()
+                } else {
+                    names.len()
+                }
+            })
+            .collect();
+        let mut first: HashMap<String, i128> = HashMap::new();
+        let deadline = Instant::now() + ALL_TIMEOUT;
+        loop {
+            for r in replicas.iter_mut() {
+                while let Ok(line) = r.run.lines.try_recv() {
+                    match line {
+                        Line::Held(n) => r.held = n,
+                        Line::Start { name, at, .. }
+                            if at >= since && reconciled.contains(&name) =>
+                        {
+                            first.entry(name).or_insert(at);
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            let held: Vec<usize> = replicas.iter().map(|r| r.held).collect();
+            if held == want && first.len() == reconciled.len() {
+                return first;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "C5 {what}: holding {held:?} (want {want:?}), {} of {} reconciled after {ALL_TIMEOUT:?}",
+                first.len(),
+                reconciled.len()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The identity holding `group`'s coordinator Lease in `ns`.
+    async fn coordinator(&self, ns: &str, group: &str) -> Option<String> {
+        Api::<Lease>::namespaced(self.client.clone(), ns)
+            .get_opt(&format!("{group}.coordinator"))
+            .await
+            .ok()
+            .flatten()?
+            .spec?
+            .holder_identity
+    }
+
+    pub(crate) async fn c5(&mut self) {
+        let n = self.c5_n();
+        let fresh = if self.opts.quick { 20 } else { 200 };
+        self.seed(NS, n).await;
+        self.seed(EMPTY_NS, 0).await;
+        let mut names: HashSet<String> = (0..n).map(name).collect();
+
+        // An empty replica with a split cache: the baseline.
+        let mut empty = vec![self.start_replica(EMPTY_NS, "c5-empty", 0, true)];
+        self.c5_steady(
+            "empty",
+            &mut empty,
+            &HashSet::new(),
+            &HashSet::new(),
+            true,
+            0,
+        )
+        .await;
+        tokio::time::sleep(self.opts.settle()).await;
+        let baseline = empty[0].run.rss();
+        for r in empty {
+            r.run.stop().await;
+        }
+        let mib = 1048576.0;
+        self.report
+            .push(OURS, WORKLOAD, "RSS MiB, empty replica", baseline / mib);
+
+        for (count, split) in [(1, false), (3, false), (1, true), (3, true)] {
+            let variant = format!(
+                "{count} replica{}, {}",
+                if count == 1 { "" } else { "s" },
+                if split { "split" } else { "whole" }
+            );
+            let imp = format!("{OURS} ({variant})");
+            eprintln!("  C5 {variant}...");
+            let group = format!("c5-{count}-{}", if split { "split" } else { "whole" });
+            let before = ApiLoad::read(&self.client).await;
+            let mut replicas: Vec<Replica> = (0..count)
+                .map(|i| self.start_replica(NS, &group, i, split))
+                .collect();
+            let started = unix_nanos();
+            self.c5_steady(&variant, &mut replicas, &names, &names, split, started)
+                .await;
+            tokio::time::sleep(self.opts.settle()).await;
+            let rss: Vec<f64> = replicas.iter().map(|r| r.run.rss()).collect();
+            let held: Vec<usize> = replicas.iter().map(|r| r.held).collect();
+            let max_rss = rss.iter().copied().fold(0.0, f64::max);
+            self.report.push(
+                &imp,
+                WORKLOAD,
+                "objects per replica, most",
+                *held.iter().max().unwrap() as f64,
+            );
+            self.report
+                .push(&imp, WORKLOAD, "RSS MiB per replica, most", max_rss / mib);
+            self.report.push(
+                &imp,
+                WORKLOAD,
+                "RSS MiB per replica beyond empty, most",
+                (max_rss - baseline) / mib,
+            );
+            if split && count > 1 {
+                let coordinator = self.coordinator(NS, &group).await;
+                if let Some(c) = replicas
+                    .iter()
+                    .position(|r| Some(&r.identity) == coordinator.as_ref())
+                {
+                    // Its own share is about the others': what is left is
+                    // the metadata it watches, per object of the kind.
+                    let others: Vec<f64> = (0..count).filter(|&i| i != c).map(|i| rss[i]).collect();
+                    let mean = others.iter().sum::<f64>() / others.len() as f64;
+                    self.report.push(
+                        &imp,
+                        WORKLOAD,
+                        "coordinator bytes per object",
+                        (rss[c] - mean) / n as f64,
+                    );
+                }
+            }
+            self.say(format!(
+                "C5 {variant}: held {held:?}, RSS MiB {:?}",
+                rss.iter().map(|b| (b / mib).round()).collect::<Vec<_>>()
+            ));
+
+            // New objects, created one by one: creation to first reconcile.
+            let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), NS);
+            let mut created = HashMap::new();
+            let mut new_names = HashSet::new();
+            for i in 0..fresh {
+                let mut cm = ConfigMap::default();
+                let new = format!("new-{group}-{i}");
+                cm.metadata.name = Some(new.clone());
+                created.insert(new.clone(), unix_nanos());
+                api.create(&PostParams::default(), &cm)
+                    .await
+                    .unwrap_or_else(|e| panic!("C5 create {new}: {e}"));
+                new_names.insert(new);
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            let since = *created.values().min().unwrap();
+            names.extend(new_names.iter().cloned());
+            let first = self
+                .c5_steady(
+                    &format!("{variant}, new objects"),
+                    &mut replicas,
+                    &names,
+                    &new_names,
+                    split,
+                    since,
+                )
+                .await;
+            let mut lags: Vec<f64> = new_names
+                .iter()
+                .map(|k| (first[k] - created[k]) as f64 / 1e6)
+                .collect();
+            lags.sort_by(f64::total_cmp);
+            let pct = |p: f64| lags[((lags.len() - 1) as f64 * p).round() as usize];
+            self.report.push(
+                &imp,
+                WORKLOAD,
+                "creation to first reconcile p50 ms",
+                pct(0.5),
+            );
+            self.report.push(
+                &imp,
+                WORKLOAD,
+                "creation to first reconcile p99 ms",
+                pct(0.99),
+            );
+
+            if split && count == 3 {
+                // A fourth replica: the labels that move, counted by the
+                // API server.
+                let joined = ApiLoad::read(&self.client).await;
+                replicas.push(self.start_replica(NS, &group, 3, true));
+                let since = unix_nanos();
+                // Steady: every store holds its share among four. (Every
+                // object was reconciled since by someone: the check asks
+                // for reconciles after `since` of objects that did not
+                // move too, so it looks only at the shares.)
+                let ids: Vec<String> = replicas.iter().map(|r| r.identity.clone()).collect();
+                let three = &ids[..3];
+                let moved = names
+                    .iter()
+                    .filter(|k| {
+                        owner(&format!("{NS}/{k}"), three) != owner(&format!("{NS}/{k}"), &ids)
+                    })
+                    .count();
+                let moving: HashSet<String> = names
+                    .iter()
+                    .filter(|k| owner(&format!("{NS}/{k}"), &ids) == Some("r3"))
+                    .cloned()
+                    .collect();
+                let mut fourth = replicas.split_off(3);
+                self.c5_steady(
+                    "the fourth's share",
+                    &mut fourth,
+                    &moving,
+                    &moving,
+                    true,
+                    since,
+                )
+                .await;
+                replicas.append(&mut fourth);
+                tokio::time::sleep(self.opts.settle()).await;
+                let load = ApiLoad::read(&self.client).await.since(&joined);
+                self.report
+                    .push(&imp, WORKLOAD, "objects moving, 3 to 4", moved as f64);
+                self.report
+                    .push(&imp, WORKLOAD, "label patches, 3 to 4", load.verb("PATCH"));
+            }
+
+            for r in replicas {
+                r.run.stop().await;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let load = ApiLoad::read(&self.client).await.since(&before);
+            self.report
+                .push(&imp, WORKLOAD, "watch events sent", load.watch_events);
+            self.report.push(&imp, WORKLOAD, "LISTs", load.verb("LIST"));
+            self.report.push(&imp, WORKLOAD, "GETs", load.verb("GET"));
+            // The next variant starts from the N objects.
+            for k in &new_names {
+                let _ = api.delete(k, &DeleteParams::default()).await;
+                names.remove(k);
+            }
+        }
+    }
+}
