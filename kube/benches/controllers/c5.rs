@@ -271,6 +271,36 @@ impl Bench {
             );
 
             if split && count == 3 {
+                // A replica other than the coordinator restarts: it lists
+                // its share in pages, as after any restart, where it got
+                // it one label write at a time before.
+                let coordinator = self.coordinator(NS, &group).await;
+                let i = (0..count)
+                    .find(|&i| Some(&replicas[i].identity) != coordinator.as_ref())
+                    .expect("a replica that is not the coordinator");
+                let old =
+                    std::mem::replace(&mut replicas[i], self.start_replica(NS, &group, i, true));
+                old.run.stop().await;
+                let since = unix_nanos();
+                let mut one = vec![replicas.remove(i)];
+                let ids: Vec<String> = (0..count).map(|j| format!("r{j}")).collect();
+                let share: HashSet<String> = names
+                    .iter()
+                    .filter(|k| owner(&format!("{NS}/{k}"), &ids) == Some(one[0].identity.as_str()))
+                    .cloned()
+                    .collect();
+                self.c5_steady("a restarted replica", &mut one, &share, &share, true, since)
+                    .await;
+                tokio::time::sleep(self.opts.settle()).await;
+                let restarted = one[0].run.rss();
+                replicas.insert(i, one.pop().unwrap());
+                self.report.push(
+                    &imp,
+                    WORKLOAD,
+                    "RSS MiB beyond empty, a restarted replica",
+                    (restarted - baseline) / mib,
+                );
+
                 // A fourth replica: the labels that move, counted by the
                 // API server.
                 let joined = ApiLoad::read(&self.client).await;
