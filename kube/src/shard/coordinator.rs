@@ -85,22 +85,57 @@ impl PatchCount {
 /// How many label writes are in flight at once.
 const WRITERS: usize = 4;
 
-/// An object, by namespace and name.
-type ObjectKey = (Option<Arc<str>>, Arc<str>);
+/// An object, as the controller keys it: `namespace/name`, or `name` for
+/// a cluster-scoped one (neither part can hold a `/`). One allocation per
+/// object: the coordinator keeps one for every object of the kind.
+type ObjectKey = Arc<str>;
 
-/// What the coordinator knows: every object's current shard label, and the
-/// members to give objects to.
+/// The namespace and name of `key`.
+fn parts(key: &str) -> (Option<&str>, &str) {
+    match key.split_once('/') {
+        Some((ns, name)) => (Some(ns), name),
+        None => (None, key),
+    }
+}
+
+/// Every object's current shard label (labels are interned: they are a
+/// few member names), and the members to give objects to.
 #[derive(Default)]
 struct Book {
     labels: HashMap<ObjectKey, Option<Arc<str>>>,
+    /// Every label value seen, once.
+    values: std::collections::HashSet<Arc<str>>,
     members: Members,
 }
 
 impl Book {
     /// The owner to write on `key`, if its label is wrong.
-    fn wrong(&self, key: &ObjectKey) -> Option<Arc<str>> {
+    fn wrong(&self, key: &str) -> Option<Arc<str>> {
         let current = self.labels.get(key)?;
-        relabel(&self.members, key.0.as_deref(), &key.1, current.as_deref()).map(Arc::from)
+        let (ns, name) = parts(key);
+        relabel(&self.members, ns, name, current.as_deref()).map(Arc::from)
+    }
+
+    /// `meta`'s key, and its label under `label_key` interned.
+    fn entry<K: Resource>(
+        &mut self,
+        meta: &kube_client::core::PartialObjectMeta<K>,
+        label_key: &str,
+    ) -> (ObjectKey, Option<Arc<str>>) {
+        let name = meta.name_any();
+        let key: ObjectKey = match meta.namespace() {
+            Some(ns) => format!("{ns}/{name}").into(),
+            None => name.into(),
+        };
+        let label = meta.labels().get(label_key).map(|v| {
+            if let Some(v) = self.values.get(v.as_str()) {
+                return v.clone();
+            }
+            let v: Arc<str> = v.as_str().into();
+            self.values.insert(v.clone());
+            v
+        });
+        (key, label)
     }
 }
 
@@ -214,14 +249,15 @@ where
     /// Merge-patches `object`'s metadata.
     async fn patch(
         &self,
-        object: &ObjectKey,
+        object: &str,
         patch: &serde_json::Value,
     ) -> Result<(), kube_client::Error> {
         // The controller's API may be of all namespaces: the object's own
         // namespace goes into the path.
-        let url = K::url_path(&self.dyntype, object.0.as_deref());
+        let (ns, name) = parts(object);
+        let url = K::url_path(&self.dyntype, ns);
         let request = kube_client::core::Request::new(url)
-            .patch_metadata(&object.1, &PatchParams::default(), &Patch::Merge(patch))
+            .patch_metadata(name, &PatchParams::default(), &Patch::Merge(patch))
             .map_err(kube_client::Error::BuildRequest)?;
         self.api
             .clone()
@@ -271,16 +307,10 @@ where
             let events = watcher::metadata_watcher(self.api.clone(), self.wc.clone());
             events.default_backoff().for_each(move |event| {
                 let mut book = book.lock();
-                let entry = |meta: &kube_client::core::PartialObjectMeta<K>| {
-                    let object: ObjectKey =
-                        (meta.namespace().map(Arc::from), Arc::from(meta.name_any()));
-                    let label = meta.labels().get(&key).map(|v| Arc::from(v.as_str()));
-                    (object, label)
-                };
                 match event {
                     Ok(Event::Init) => fresh = Some(HashMap::new()),
                     Ok(Event::InitApply(meta)) => {
-                        let (object, label) = entry(&meta);
+                        let (object, label) = book.entry(&meta, &key);
                         fresh.get_or_insert_default().insert(object, label);
                     }
                     Ok(Event::InitDone) => {
@@ -292,14 +322,15 @@ where
                         }
                     }
                     Ok(Event::Apply(meta)) => {
-                        let (object, label) = entry(&meta);
+                        let (object, label) = book.entry(&meta, &key);
                         book.labels.insert(object.clone(), label);
                         if book.wrong(&object).is_some() {
                             let _ = queue.add(object);
                         }
                     }
                     Ok(Event::Delete(meta)) => {
-                        book.labels.remove(&entry(&meta).0);
+                        let (object, _) = book.entry(&meta, &key);
+                        book.labels.remove(&object);
                     }
                     Err(error) => {
                         tracing::warn!(%error, "shard coordinator: watch failed; retrying");
@@ -329,7 +360,7 @@ where
                     // Deleted since: its delete event takes it out of the book.
                     Err(kube_client::Error::Api(status)) if status.code == 404 => item.forget(),
                     Err(error) => {
-                        tracing::warn!(%error, object = %object.1, "shard coordinator: label not written; retrying");
+                        tracing::warn!(%error, %object, "shard coordinator: label not written; retrying");
                         let _ = item.requeue_rate_limited();
                     }
                 }
@@ -342,5 +373,31 @@ where
             () = write => {}
         }
         queue.shutdown();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shard::owner;
+
+    #[test]
+    fn the_book_names_the_owner_of_each_wrongly_labelled_object() {
+        assert_eq!(parts("default/cm-1"), (Some("default"), "cm-1"));
+        assert_eq!(parts("node-1"), (None, "node-1"));
+        let ids = ["a", "b", "c"];
+        let mut book = Book {
+            members: Members::new(ids),
+            ..Book::default()
+        };
+        for key in ["default/cm-1", "default/cm-2", "node-1"] {
+            book.labels.insert(key.into(), Some("gone".into()));
+            let want = owner(key, &ids).unwrap();
+            assert_eq!(book.wrong(key).as_deref(), Some(want));
+            book.labels.insert(key.into(), Some(want.into()));
+            assert_eq!(book.wrong(key), None);
+        }
+        // Not in the book (deleted): nothing to write.
+        assert_eq!(book.wrong("default/elsewhere"), None);
     }
 }
