@@ -300,7 +300,7 @@ impl<K: Key, O: Ordering<K>> Shared<K, O> {
         let promote = self
             .promote_after
             .zip(now)
-            .map(|(after, now)| (after, shard::nanos_since(self.counters.epoch(), now)));
+            .map(|(after, now)| (after, shard::nanos_since(self.epoch(), now)));
         let mut tries = 0;
         loop {
             let Some(pick) = shard::pick(&self.marks, promote) else {

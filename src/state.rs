@@ -162,7 +162,16 @@ pub(crate) struct Ranks {
 #[derive(Debug)]
 pub(crate) struct Counters {
     /// Deadlines and ready times are kept as nanoseconds from this instant.
+    /// Read on every hand-out with a starvation bound, so it stays off the
+    /// line of the numbers, which every add in any shard writes.
     epoch: Instant,
+    numbers: Numbers,
+}
+
+/// The numbers the shards draw, on a cache line of their own.
+#[derive(Debug)]
+#[repr(align(64))]
+struct Numbers {
     /// Numbers keys made ready.
     ready: AtomicU32,
     /// Numbers delays in the order they were set.
@@ -173,8 +182,10 @@ impl Counters {
     pub(crate) fn new() -> Self {
         Counters {
             epoch: Instant::now(),
-            ready: AtomicU32::new(0),
-            timers: AtomicU32::new(0),
+            numbers: Numbers {
+                ready: AtomicU32::new(0),
+                timers: AtomicU32::new(0),
+            },
         }
     }
 
@@ -725,7 +736,11 @@ impl<K, O: Ordering<K>> State<K, O> {
     #[inline]
     fn draw_rank(&mut self, slot: u32) -> Option<u32> {
         self.ranks.as_ref()?;
-        let seq = self.counters.ready.fetch_add(1, AtomicOrdering::Relaxed);
+        let seq = self
+            .counters
+            .numbers
+            .ready
+            .fetch_add(1, AtomicOrdering::Relaxed);
         if let Place::Ready(entry) = &mut self.nodes[slot as usize].place
             && let Some(number) = O::number_mut(entry)
         {
@@ -831,7 +846,12 @@ impl<K, O: Ordering<K>> State<K, O> {
         if self.deferred.is_empty() {
             fx.timer_waker = fx.timer_waker.take().or_else(|| self.wake_timer());
         }
-        let seq = seq.unwrap_or_else(|| self.counters.timers.fetch_add(1, AtomicOrdering::Relaxed));
+        let seq = seq.unwrap_or_else(|| {
+            self.counters
+                .numbers
+                .timers
+                .fetch_add(1, AtomicOrdering::Relaxed)
+        });
         let at = self.nanos(deadline);
         self.nodes[slot as usize].place = if leased {
             Place::LeasedWaiting { seq, at }

@@ -26,6 +26,20 @@ const NS: &str = "crb-shards";
 const EMPTY_NS: &str = "crb-shards-empty";
 pub(crate) const WORKLOAD: &str = "C5";
 
+/// The owner of object `name` of C5's namespace among `ids`.
+fn owner_of<'a>(name: &str, ids: &'a [String]) -> Option<&'a str> {
+    owner(&format!("{NS}/{name}"), ids)
+}
+
+/// The objects of `names` that `id` owns among `ids`.
+fn share(names: &HashSet<String>, ids: &[String], id: &str) -> HashSet<String> {
+    names
+        .iter()
+        .filter(|n| owner_of(n, ids) == Some(id))
+        .cloned()
+        .collect()
+}
+
 /// One replica of a C5 group.
 struct Replica {
     identity: String,
@@ -90,10 +104,7 @@ impl Bench {
             .iter()
             .map(|id| {
                 if split {
-                    names
-                        .iter()
-                        .filter(|n| owner(&format!("{NS}/{n}"), &ids) == Some(id.as_str()))
-                        .count()
+                    share(names, &ids, id).len()
                 } else {
                     names.len()
                 }
@@ -284,12 +295,8 @@ impl Bench {
                 let since = unix_nanos();
                 let mut one = vec![replicas.remove(i)];
                 let ids: Vec<String> = (0..count).map(|j| format!("r{j}")).collect();
-                let share: HashSet<String> = names
-                    .iter()
-                    .filter(|k| owner(&format!("{NS}/{k}"), &ids) == Some(one[0].identity.as_str()))
-                    .cloned()
-                    .collect();
-                self.c5_steady("a restarted replica", &mut one, &share, &share, true, since)
+                let own = share(&names, &ids, &one[0].identity);
+                self.c5_steady("a restarted replica", &mut one, &own, &own, true, since)
                     .await;
                 tokio::time::sleep(self.opts.settle()).await;
                 let restarted = one[0].run.rss();
@@ -314,15 +321,9 @@ impl Bench {
                 let three = &ids[..3];
                 let moved = names
                     .iter()
-                    .filter(|k| {
-                        owner(&format!("{NS}/{k}"), three) != owner(&format!("{NS}/{k}"), &ids)
-                    })
+                    .filter(|k| owner_of(k, three) != owner_of(k, &ids))
                     .count();
-                let moving: HashSet<String> = names
-                    .iter()
-                    .filter(|k| owner(&format!("{NS}/{k}"), &ids) == Some("r3"))
-                    .cloned()
-                    .collect();
+                let moving = share(&names, &ids, "r3");
                 let mut fourth = replicas.split_off(3);
                 self.c5_steady(
                     "the fourth's share",

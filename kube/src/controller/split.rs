@@ -62,8 +62,9 @@ pub(crate) type StartCoordinator =
 
 /// For a controller whose shards split the cache: narrows its main watcher
 /// to this replica's share and gives the candidacy to start with the
-/// membership. `None` without a split cache (or with a shard config that
-/// does not validate: the membership reports that).
+/// membership. `None` without a split cache. A config that does not
+/// validate is reported by the membership's own check, and the controller
+/// then polls neither its watcher nor the candidacy.
 ///
 /// # Errors
 ///
@@ -85,9 +86,6 @@ where
         return Err(ControllerError::SplitCacheWithoutWatcher);
     };
     let config = shards.config();
-    if config.validate().is_err() {
-        return Ok(None);
-    }
     // Set once: a controller is run once.
     let _ = main.own.set(selector(config));
     let coordinator = Coordinator::new(

@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use tokio_workqueue::TokenBucket;
+
 use crate::leader::{LeaseConfig, LeaseConfigError};
 
 /// Which shard group a replica joins, under which identity, in which
@@ -260,7 +262,8 @@ impl ShardConfig {
                     why: "must be a label value with a split cache (it is written in each object's shard label): at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit",
                 });
             }
-            if !(rate.per_second.is_finite() && rate.per_second > 0.0) || rate.burst == 0 {
+            // The bucket the coordinator is throttled by decides.
+            if TokenBucket::new(rate.per_second, rate.burst).is_err() {
                 return Err(LeaseConfigError::Invalid {
                     field: "label rate",
                     why: "must be a positive, finite number of patches a second with a burst of at least 1",

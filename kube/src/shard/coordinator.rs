@@ -110,10 +110,20 @@ struct Book {
 
 impl Book {
     /// The owner to write on `key`, if its label is wrong.
-    fn wrong(&self, key: &str) -> Option<Arc<str>> {
+    fn wrong(&self, key: &str) -> Option<&str> {
         let current = self.labels.get(key)?;
         let (ns, name) = parts(key);
-        relabel(&self.members, ns, name, current.as_deref()).map(Arc::from)
+        relabel(&self.members, ns, name, current.as_deref())
+    }
+
+    /// Queues every object whose label is wrong (after the list, or under
+    /// new members).
+    fn queue_wrong(&self, queue: &WorkQueue<ObjectKey>) {
+        for object in self.labels.keys() {
+            if self.wrong(object).is_some() {
+                let _ = queue.add(object.clone());
+            }
+        }
     }
 
     /// `meta`'s key, and its label under `label_key` interned.
@@ -286,11 +296,7 @@ where
                         let mut book = book.lock();
                         if book.members != members {
                             book.members = members;
-                            for object in book.labels.keys() {
-                                if book.wrong(object).is_some() {
-                                    let _ = queue.add(object.clone());
-                                }
-                            }
+                            book.queue_wrong(&queue);
                         }
                     }
                     if view.changed().await.is_err() {
@@ -315,11 +321,7 @@ where
                     }
                     Ok(Event::InitDone) => {
                         book.labels = fresh.take().unwrap_or_default();
-                        for object in book.labels.keys() {
-                            if book.wrong(object).is_some() {
-                                let _ = queue.add(object.clone());
-                            }
-                        }
+                        book.queue_wrong(&queue);
                     }
                     Ok(Event::Apply(meta)) => {
                         let (object, label) = book.entry(&meta, &key);
@@ -347,11 +349,14 @@ where
                 let object = item.key().clone();
                 // Looked at again now: the label may have been put right, or
                 // the member set changed, since the object was queued.
-                let Some(owner) = book.lock().wrong(&object) else {
+                let Some(patch) = book
+                    .lock()
+                    .wrong(&object)
+                    .map(|owner| serde_json::json!({ "metadata": { "labels": { key: owner } } }))
+                else {
                     item.forget();
                     return;
                 };
-                let patch = serde_json::json!({ "metadata": { "labels": { key: &*owner } } });
                 match self.patch(&object, &patch).await {
                     Ok(_) => {
                         self.patches.add(self.config.group());
@@ -393,7 +398,7 @@ mod tests {
         for key in ["default/cm-1", "default/cm-2", "node-1"] {
             book.labels.insert(key.into(), Some("gone".into()));
             let want = owner(key, &ids).unwrap();
-            assert_eq!(book.wrong(key).as_deref(), Some(want));
+            assert_eq!(book.wrong(key), Some(want));
             book.labels.insert(key.into(), Some(want.into()));
             assert_eq!(book.wrong(key), None);
         }

@@ -171,23 +171,41 @@ async fn replica_skewed(
     record: &Arc<Record>,
     skew_seconds: i64,
 ) -> Replica {
+    start(ns, replica, record, skew_seconds, false).await.0
+}
+
+/// Replica `replica`, its wall clock `skew_seconds` off, its cache split or
+/// not, and its controller's store.
+async fn start(
+    ns: &TestNamespace,
+    replica: usize,
+    record: &Arc<Record>,
+    skew_seconds: i64,
+    split: bool,
+) -> (Replica, Store<ConfigMap>) {
     // A client of its own, as another process would have.
     let client = kube_test_cluster::client(ns.backend()).await;
-    let config = config(ns, replica);
+    let mut config = config(ns, replica);
+    if split {
+        config = config.split_cache(LabelRate::DEFAULT);
+    }
     let (shutdown, graceful) = oneshot::channel::<()>();
-    let stream = Controller::new(
+    let controller = Controller::new(
         Api::<ConfigMap>::namespaced(client.clone(), ns.name()),
         watcher::Config::default(),
-    )
-    .shards(Shards::new(client, config).wall_clock(skewed(skew_seconds)))
-    .graceful_shutdown_on(async move {
-        let _ = graceful.await;
-    })
-    .run(reconcile, retry, Ctx::new(record, replica));
-    Replica {
+    );
+    let store = controller.store();
+    let stream = controller
+        .shards(Shards::new(client, config).wall_clock(skewed(skew_seconds)))
+        .graceful_shutdown_on(async move {
+            let _ = graceful.await;
+        })
+        .run(reconcile, retry, Ctx::new(record, replica));
+    let replica = Replica {
         task: tokio::spawn(stream.for_each(|_| async {})),
         shutdown: Some(shutdown),
-    }
+    };
+    (replica, store)
 }
 
 /// Creates the ConfigMaps `cm-0..KEYS`.
@@ -493,31 +511,6 @@ async fn managers_share_one_membership_among_their_controllers() {
     .await;
 }
 
-/// A replica with a split cache, and its controller's store.
-async fn split_replica(
-    ns: &TestNamespace,
-    replica: usize,
-    record: &Arc<Record>,
-) -> (Replica, Store<ConfigMap>) {
-    let client = kube_test_cluster::client(ns.backend()).await;
-    let config = config(ns, replica).split_cache(LabelRate::DEFAULT);
-    let controller = Controller::new(
-        Api::<ConfigMap>::namespaced(client.clone(), ns.name()),
-        watcher::Config::default(),
-    );
-    let store = controller.store();
-    let stream = controller.shards(Shards::new(client, config)).run(
-        reconcile,
-        retry,
-        Ctx::new(record, replica),
-    );
-    let replica = Replica {
-        task: tokio::spawn(stream.for_each(|_| async {})),
-        shutdown: None,
-    };
-    (replica, store)
-}
-
 /// Waits until every ConfigMap carries its owner among `members` in its
 /// shard label, as the API server returns them, and each store of
 /// `members` holds exactly its replica's objects.
@@ -583,7 +576,7 @@ async fn split_caches_hold_each_replicas_share_through_a_coordinator_crash() {
         let mut replicas = Vec::new();
         let mut stores = Vec::new();
         for i in 0..3 {
-            let (replica, store) = split_replica(&ns, i, &record).await;
+            let (replica, store) = start(&ns, i, &record, 0, true).await;
             replicas.push(replica);
             stores.push(store);
         }

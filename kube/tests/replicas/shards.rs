@@ -1363,6 +1363,32 @@ fn check_labels(
     }
 }
 
+/// Waits until the members `live` acknowledge exactly `live` and every
+/// object is labelled with its owner among them; returns when the
+/// acknowledgement was seen.
+async fn labelled(server: &LocalApiServer, names: &[String], live: &[usize]) -> Instant {
+    let settled = acknowledged(server, live).await;
+    wait_until(
+        &format!("every object labelled with its owner among {live:?}"),
+        LIMIT,
+        || check_labels(server, names, live),
+    )
+    .await;
+    settled
+}
+
+/// The replica holding the coordinator's Lease.
+async fn coordinator(server: &LocalApiServer) -> usize {
+    let holder =
+        crate::replica_common::lease_holder(server.client(), &format!("{GROUP}.coordinator"))
+            .await
+            .expect("a coordinator");
+    holder
+        .strip_prefix("replica-")
+        .and_then(|i| i.parse().ok())
+        .unwrap_or_else(|| panic!("{holder} is not a replica of these tests"))
+}
+
 /// Each replica of `live` holds exactly the objects it owns among `live`
 /// in its store.
 fn check_stores(replicas: &[Replica], names: &[String], live: &[usize]) -> Result<(), String> {
@@ -1415,11 +1441,7 @@ async fn split_caches_hold_each_replicas_share_and_its_owner_reconciles_every_ch
         ..split(i)
     });
     let all = [0, 1, 2];
-    let settled = acknowledged(&server, &all).await;
-    wait_until("every object labelled with its owner", LIMIT, || {
-        check_labels(&server, &names, &all)
-    })
-    .await;
+    let settled = labelled(&server, &names, &all).await;
     wait_until("each store holding its replica's share", LIMIT, || {
         check_stores(&replicas, &names, &all)
     })
@@ -1449,29 +1471,12 @@ async fn with_split_caches_a_crashed_coordinators_objects_move_to_the_survivors(
     let record = Arc::new(Record::default());
     let replicas = start_all(&server, 3, &record, split);
     let all = [0, 1, 2];
-    acknowledged(&server, &all).await;
-    wait_until("every object labelled with its owner", LIMIT, || {
-        check_labels(&server, &names, &all)
-    })
-    .await;
+    labelled(&server, &names, &all).await;
     // The coordinator goes, and takes its own share with it.
-    let holder =
-        crate::replica_common::lease_holder(server.client(), &format!("{GROUP}.coordinator"))
-            .await
-            .expect("a coordinator");
-    let crashed = all
-        .iter()
-        .position(|&i| identity(i) == holder)
-        .expect("a replica");
+    let crashed = coordinator(&server).await;
     replicas[crashed].crash();
     let live: Vec<usize> = all.into_iter().filter(|&i| i != crashed).collect();
-    acknowledged(&server, &live).await;
-    wait_until(
-        "every object labelled with its owner among the survivors",
-        LIMIT,
-        || check_labels(&server, &names, &live),
-    )
-    .await;
+    labelled(&server, &names, &live).await;
     wait_until("each survivor's store holding its share", LIMIT, || {
         check_stores(&replicas, &names, &live)
     })
@@ -1485,20 +1490,10 @@ async fn with_split_caches_a_joining_replica_takes_its_share_out_of_the_others_c
     let (server, names, changes) = server_with(60).await;
     let record = Arc::new(Record::default());
     let mut replicas = start_all(&server, 3, &record, split);
-    acknowledged(&server, &[0, 1, 2]).await;
-    wait_until("every object labelled with its owner", LIMIT, || {
-        check_labels(&server, &names, &[0, 1, 2])
-    })
-    .await;
+    labelled(&server, &names, &[0, 1, 2]).await;
     replicas.push(Replica::start(&server, 3, &record, split(3)));
     let all = [0, 1, 2, 3];
-    acknowledged(&server, &all).await;
-    wait_until(
-        "every object labelled with its owner among four",
-        LIMIT,
-        || check_labels(&server, &names, &all),
-    )
-    .await;
+    labelled(&server, &names, &all).await;
     // Objects left the three stores (the server sends them as deleted)
     // and entered the fourth's.
     wait_until("each store holding its share among four", LIMIT, || {
@@ -1515,11 +1510,7 @@ async fn a_shard_label_edited_by_hand_is_put_back() {
     let record = Arc::new(Record::default());
     let _replicas = start_all(&server, 2, &record, split);
     let all = [0, 1];
-    acknowledged(&server, &all).await;
-    wait_until("every object labelled with its owner", LIMIT, || {
-        check_labels(&server, &names, &all)
-    })
-    .await;
+    labelled(&server, &names, &all).await;
     // A member that never was, and the other member.
     for (name, wrong) in [
         ("cm-0", "nobody".to_string()),
@@ -1589,16 +1580,8 @@ async fn with_split_caches_a_coordinator_that_shuts_down_hands_over_at_once() {
     let record = Arc::new(Record::default());
     let mut replicas = start_all(&server, 2, &record, split);
     let all = [0, 1];
-    acknowledged(&server, &all).await;
-    wait_until("every object labelled with its owner", LIMIT, || {
-        check_labels(&server, &names, &all)
-    })
-    .await;
-    let coordinator_lease = format!("{GROUP}.coordinator");
-    let holder = crate::replica_common::lease_holder(server.client(), &coordinator_lease)
-        .await
-        .expect("a coordinator");
-    let leaving = all.iter().position(|&i| identity(i) == holder).unwrap();
+    labelled(&server, &names, &all).await;
+    let leaving = coordinator(&server).await;
     let live = [1 - leaving];
 
     let replica = &mut replicas[leaving];
@@ -1625,9 +1608,7 @@ async fn with_split_caches_a_coordinator_that_shuts_down_hands_over_at_once() {
         relabelled < LEASE / 2,
         "{relabelled:?}: the next coordinator waited for the Lease to expire"
     );
-    let new_coordinator =
-        crate::replica_common::lease_holder(server.client(), &coordinator_lease).await;
-    assert_eq!(new_coordinator, Some(identity(live[0])));
+    assert_eq!(coordinator(&server).await, live[0]);
     changes.set_all(&server, &names, "after the shutdown");
     final_checks(&record, &changes, &live).await;
 }
@@ -1647,26 +1628,21 @@ async fn with_split_caches_a_coordinator_crashing_mid_relabel_is_finished_by_the
         ..split(i)
     };
     let mut replicas = start_all(&server, 3, &record, slow);
-    wait_until("every object labelled with its owner", LIMIT, || {
-        check_labels(&server, &names, &[0, 1, 2])
-    })
-    .await;
-    let holder =
-        crate::replica_common::lease_holder(server.client(), &format!("{GROUP}.coordinator"))
-            .await
-            .expect("a coordinator");
-    let coordinator = (0..3).find(|&i| identity(i) == holder).unwrap();
+    labelled(&server, &names, &[0, 1, 2]).await;
+    let coordinator = coordinator(&server).await;
     replicas.push(Replica::start(&server, 3, &record, slow(3)));
     let all = [0, 1, 2, 3];
     let moving = names.iter().filter(|n| owner_of(n, &all) == 3).count();
     assert!(moving >= 2, "only {moving} objects move to the new replica");
     // Some moved, not all: the crash falls mid-relabel.
-    wait_until("the first objects moved", LIMIT, || {
-        let moved = names
+    let moved = || {
+        names
             .iter()
             .filter(|n| shard_label(&server, n).as_deref() == Some("replica-3"))
-            .count();
-        if moved >= 1 {
+            .count()
+    };
+    wait_until("the first objects moved", LIMIT, || {
+        if moved() >= 1 {
             Ok(())
         } else {
             Err("none yet".into())
@@ -1674,20 +1650,11 @@ async fn with_split_caches_a_coordinator_crashing_mid_relabel_is_finished_by_the
     })
     .await;
     replicas[coordinator].crash();
-    let moved = names
-        .iter()
-        .filter(|n| shard_label(&server, n).as_deref() == Some("replica-3"))
-        .count();
+    let moved = moved();
     println!("{moved} of {moving} objects moved when the coordinator crashed");
     assert!(moved < moving, "the move was over before the crash");
     let live: Vec<usize> = all.into_iter().filter(|&i| i != coordinator).collect();
-    acknowledged(&server, &live).await;
-    wait_until(
-        "every object labelled with its owner among the live",
-        LIMIT,
-        || check_labels(&server, &names, &live),
-    )
-    .await;
+    labelled(&server, &names, &live).await;
     wait_until("each live store holding its share", LIMIT, || {
         check_stores(&replicas, &names, &live)
     })
