@@ -94,8 +94,7 @@ pub(crate) fn relabel<'m>(
     name: &str,
     current: Option<&str>,
 ) -> Option<&'m str> {
-    let owner = members.owner(object_hash(namespace, name))?;
-    (current != Some(owner)).then_some(owner)
+    super::protocol::relabel(members, object_hash(namespace, name), current)
 }
 
 #[cfg(test)]

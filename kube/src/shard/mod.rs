@@ -178,7 +178,9 @@
 //! with a 1.5 s lease there).
 //! `tests/shard_model.rs` explores the protocol exhaustively at small
 //! sizes with a model checker that decides through `shard::protocol`, the
-//! functions this module runs. `tests/on_apiserver/shards.rs` runs the split, a crash
+//! functions this module runs, with split caches too (the labels, each
+//! replica's cache and the coordinator's writes through
+//! `protocol::relabel`). `tests/on_apiserver/shards.rs` runs the split, a crash
 //! hand-over and a graceful shutdown on both that server and a real
 //! kube-apiserver. The README's "Scale-out across replicas" lists what was
 //! run by hand against a real cluster.

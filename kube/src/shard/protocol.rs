@@ -28,17 +28,39 @@ pub trait Assignment {
     /// A member's identity (the crate: `str`).
     type Id: ?Sized + PartialEq;
 
+    /// The member this set gives `key` to (`None`: the set is empty).
+    fn owner(&self, key: Self::Key) -> Option<&Self::Id>;
+
     /// Whether this set gives `key` to `id`.
-    fn gives(&self, key: Self::Key, id: &Self::Id) -> bool;
+    fn gives(&self, key: Self::Key, id: &Self::Id) -> bool {
+        self.owner(key) == Some(id)
+    }
 }
 
 impl Assignment for Members {
     type Key = u64;
     type Id = str;
 
-    fn gives(&self, key: u64, id: &str) -> bool {
-        Members::gives(self, key, id)
+    fn owner(&self, key: u64) -> Option<&str> {
+        Members::owner(self, key)
     }
+}
+
+/// With split caches, what the coordinator writes on an object whose
+/// shard label is `current`: its owner under `members`, or `None` if the
+/// label names it already or the set is empty. Any other value (a member
+/// that left, an edit by hand, a user's own label under the key) is
+/// overwritten.
+///
+/// The label decides only which replica's cache holds the object; whether
+/// a replica may start a key is still [`View::may_start`]'s alone.
+pub fn relabel<'m, S: Assignment>(
+    members: &'m S,
+    key: S::Key,
+    current: Option<&S::Id>,
+) -> Option<&'m S::Id> {
+    let owner = members.owner(key)?;
+    (current != Some(owner)).then_some(owner)
 }
 
 /// A member set this replica is ready to acknowledge, numbered from 1 in
