@@ -140,6 +140,53 @@ impl Bench {
         }
     }
 
+    /// Creates `fresh` objects `{prefix}-{i}` one by one, 10 ms apart, and
+    /// reports creation to each one's first reconcile (p50 and p99, as the
+    /// two `figures`) once every store holds its share of `names` with
+    /// them (added to `names` and `created`).
+    #[allow(clippy::too_many_arguments)]
+    async fn c5_creations(
+        &mut self,
+        imp: &str,
+        what: &str,
+        prefix: &str,
+        figures: [&'static str; 2],
+        replicas: &mut [Replica],
+        names: &mut HashSet<String>,
+        created: &mut HashSet<String>,
+        split: bool,
+    ) {
+        let fresh = if self.opts.quick { 20 } else { 200 };
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), NS);
+        let mut at = HashMap::new();
+        for i in 0..fresh {
+            let mut cm = ConfigMap::default();
+            let new = format!("{prefix}-{i}");
+            cm.metadata.name = Some(new.clone());
+            at.insert(new.clone(), unix_nanos());
+            api.create(&PostParams::default(), &cm)
+                .await
+                .unwrap_or_else(|e| panic!("C5 create {new}: {e}"));
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let these: HashSet<String> = at.keys().cloned().collect();
+        names.extend(these.iter().cloned());
+        created.extend(these.iter().cloned());
+        let since = *at.values().min().unwrap();
+        let first = self
+            .c5_steady(what, replicas, names, &these, split, since)
+            .await;
+        let mut lags: Vec<f64> = these
+            .iter()
+            .map(|k| (first[k] - at[k]) as f64 / 1e6)
+            .collect();
+        lags.sort_by(f64::total_cmp);
+        let pct = |p: f64| lags[((lags.len() - 1) as f64 * p).round() as usize];
+        for (p, figure) in [0.5, 0.99].into_iter().zip(figures) {
+            self.report.push(imp, WORKLOAD, figure, pct(p));
+        }
+    }
+
     /// The identity holding `group`'s coordinator Lease in `ns`.
     async fn coordinator(&self, ns: &str, group: &str) -> Option<String> {
         Api::<Lease>::namespaced(self.client.clone(), ns)
@@ -153,7 +200,6 @@ impl Bench {
 
     pub(crate) async fn c5(&mut self) {
         let n = self.c5_n();
-        let fresh = if self.opts.quick { 20 } else { 200 };
         self.seed(NS, n).await;
         self.seed(EMPTY_NS, 0).await;
         let mut names: HashSet<String> = (0..n).map(name).collect();
@@ -237,49 +283,21 @@ impl Bench {
 
             // New objects, created one by one: creation to first reconcile.
             let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), NS);
-            let mut created = HashMap::new();
             let mut new_names = HashSet::new();
-            for i in 0..fresh {
-                let mut cm = ConfigMap::default();
-                let new = format!("new-{group}-{i}");
-                cm.metadata.name = Some(new.clone());
-                created.insert(new.clone(), unix_nanos());
-                api.create(&PostParams::default(), &cm)
-                    .await
-                    .unwrap_or_else(|e| panic!("C5 create {new}: {e}"));
-                new_names.insert(new);
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            let since = *created.values().min().unwrap();
-            names.extend(new_names.iter().cloned());
-            let first = self
-                .c5_steady(
-                    &format!("{variant}, new objects"),
-                    &mut replicas,
-                    &names,
-                    &new_names,
-                    split,
-                    since,
-                )
-                .await;
-            let mut lags: Vec<f64> = new_names
-                .iter()
-                .map(|k| (first[k] - created[k]) as f64 / 1e6)
-                .collect();
-            lags.sort_by(f64::total_cmp);
-            let pct = |p: f64| lags[((lags.len() - 1) as f64 * p).round() as usize];
-            self.report.push(
+            self.c5_creations(
                 &imp,
-                WORKLOAD,
-                "creation to first reconcile p50 ms",
-                pct(0.5),
-            );
-            self.report.push(
-                &imp,
-                WORKLOAD,
-                "creation to first reconcile p99 ms",
-                pct(0.99),
-            );
+                &format!("{variant}, new objects"),
+                &format!("new-{group}"),
+                [
+                    "creation to first reconcile p50 ms",
+                    "creation to first reconcile p99 ms",
+                ],
+                &mut replicas,
+                &mut names,
+                &mut new_names,
+                split,
+            )
+            .await;
 
             if split && count == 3 {
                 // A replica other than the coordinator restarts: it lists
@@ -341,6 +359,31 @@ impl Bench {
                     .push(&imp, WORKLOAD, "objects moving, 3 to 4", moved as f64);
                 self.report
                     .push(&imp, WORKLOAD, "label patches, 3 to 4", load.verb("PATCH"));
+
+                // The coordinator crashes (killed, its Leases left to
+                // expire): objects created right after wait for the next
+                // coordinator, and those the dead replica owned for its
+                // member Lease to expire too.
+                let coordinator = self.coordinator(NS, &group).await;
+                let c = replicas
+                    .iter()
+                    .position(|r| Some(&r.identity) == coordinator.as_ref())
+                    .expect("a coordinator among the four");
+                replicas.remove(c).run.kill().await;
+                self.c5_creations(
+                    &imp,
+                    "after the coordinator crashed",
+                    &format!("crash-{group}"),
+                    [
+                        "creation to first reconcile p50 ms, coordinator crashed",
+                        "creation to first reconcile p99 ms, coordinator crashed",
+                    ],
+                    &mut replicas,
+                    &mut names,
+                    &mut new_names,
+                    true,
+                )
+                .await;
             }
 
             for r in replicas {

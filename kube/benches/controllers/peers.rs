@@ -272,6 +272,11 @@ impl Running {
         ticks / clock_ticks()
     }
 
+    /// Kills it at once (SIGKILL): a crash, nothing released.
+    pub async fn kill(mut self) {
+        let _ = self.child.kill().await;
+    }
+
     /// Closes its standard input (it exits), waits up to 5 s, then kills it.
     pub async fn stop(mut self) {
         self.stdin.take();
