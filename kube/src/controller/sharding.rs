@@ -79,10 +79,8 @@ where
     cancel_at: Option<Pin<Box<Sleep>>>,
     leave: AtEnd,
     dyntype: K::DynamicType,
-    /// With a split cache: the candidacy for coordinator, started with the
-    /// membership, and then its task (stopped when this is dropped).
-    coordinator: Option<StartCoordinator>,
-    coordinating: Option<Coordinating>,
+    /// With a split cache: the candidacy for coordinator.
+    candidacy: Candidacy,
     #[cfg(feature = "prometheus")]
     metrics: Option<crate::shard::ShardMetrics>,
 }
@@ -129,15 +127,14 @@ where
             cancel_at: None,
             leave: AtEnd::default(),
             dyntype,
-            coordinator: None,
-            coordinating: None,
+            candidacy: Candidacy::None,
         }
     }
 
     /// Runs for the group's coordinator (a split cache) once the
     /// membership starts.
     pub(crate) fn coordinate(&mut self, start: StartCoordinator) {
-        self.coordinator = Some(start);
+        self.candidacy = Candidacy::Waiting(start);
     }
 
     /// Starts the membership on the first call; tells whether the view
@@ -191,8 +188,8 @@ where
             },
         };
         self.slot = Some(self.joint.join());
-        if let Some(start) = self.coordinator.take() {
-            self.coordinating = Some(start(view.clone()));
+        if let Candidacy::Waiting(start) = std::mem::take(&mut self.candidacy) {
+            self.candidacy = Candidacy::Running(start(view.clone()));
         }
         self.watched = Some(Watched::new(view));
     }
@@ -397,9 +394,12 @@ where
         // membership need not wait for this one any more. A shared
         // membership is the manager's to leave.
         self.slot = None;
-        let (member, coordinating) = (&mut self.member, &mut self.coordinating);
+        let (member, candidacy) = (&mut self.member, &mut self.candidacy);
         self.leave.poll(cx, || {
-            let coordinating = coordinating.take();
+            let coordinating = match std::mem::take(candidacy) {
+                Candidacy::Running(c) => Some(c),
+                Candidacy::None | Candidacy::Waiting(_) => None,
+            };
             member.take().map(|m| {
                 async move {
                     // The coordinator's Lease first: the others then find
@@ -413,6 +413,19 @@ where
             })
         })
     }
+}
+
+/// A split cache's candidacy for its group's coordinator.
+#[derive(Default)]
+enum Candidacy {
+    /// No split cache (or left already).
+    #[default]
+    None,
+    /// To start with the membership, which gives it the view.
+    Waiting(StartCoordinator),
+    /// Running: its task stops when this is dropped, and releases the
+    /// coordinator's Lease when left.
+    Running(Coordinating),
 }
 
 /// What ends a reconcile of a sharded controller early: the hand-over of

@@ -44,11 +44,19 @@ where
             let (api, own, wc) = (api.clone(), own.clone(), wc.clone());
             stream::once(async move {
                 let mut wc = wc;
+                let split = own.get().is_some();
                 if let Some(own) = own.get() {
                     wc.label_selector =
                         Some(crate::shard::narrow(wc.label_selector.as_deref(), own));
                 }
-                watcher(api, wc)
+                // A split cache does not keep the record of the label
+                // writes (see `shard::LABEL_MANAGER`).
+                watcher(api, wc).map(move |event| {
+                    if !split {
+                        return event;
+                    }
+                    event.map(|e| e.modify(crate::shard::forget_label_manager))
+                })
             })
             .flatten()
         };

@@ -40,7 +40,7 @@ use tokio_util::task::AbortOnDropHandle;
 use tokio_workqueue::{TokenBucket, WorkQueue};
 
 use super::ShardConfig;
-use super::labels::{label_key, relabel};
+use super::labels::{LABEL_MANAGER, label_key, relabel};
 use super::protocol::View;
 use super::ring::Members;
 use crate::leader::LeaderElection;
@@ -267,7 +267,14 @@ where
         let (ns, name) = parts(object);
         let url = K::url_path(&self.dyntype, ns);
         let request = kube_client::core::Request::new(url)
-            .patch_metadata(name, &PatchParams::default(), &Patch::Merge(patch))
+            .patch_metadata(
+                name,
+                &PatchParams {
+                    field_manager: Some(LABEL_MANAGER.into()),
+                    ..PatchParams::default()
+                },
+                &Patch::Merge(patch),
+            )
             .map_err(kube_client::Error::BuildRequest)?;
         self.api
             .clone()

@@ -15,6 +15,18 @@ use super::ring::{Members, object_hash};
 /// The prefix of every shard label's key; the group follows it.
 pub const LABEL_PREFIX: &str = "shard.workqueue.tokio.rs/";
 
+/// The field manager of the coordinator's label writes: the API server
+/// records each object's shard label in a `managedFields` entry of this
+/// manager.
+///
+/// A replica with a split cache removes that entry from the objects it
+/// stores (and hands its reconciler): it records only the shard label,
+/// and kept it would cost about 2 KB of memory per object (its `fieldsV1`
+/// is a tree of maps), as much as a third of a small object's share. The
+/// entry stays on the object in the API server; server-side apply and
+/// every other manager's entries are untouched.
+pub const LABEL_MANAGER: &str = "tokio-workqueue-shard-coordinator";
+
 /// The key of group `group`'s shard label:
 /// `shard.workqueue.tokio.rs/{group}`. Its value is the owner's identity.
 ///
@@ -72,6 +84,22 @@ pub fn label_for<K: kube_client::Resource>(owner: &K, group: &str) -> Option<(St
     Some((key, value))
 }
 
+/// Removes the coordinator's `managedFields` entry (see
+/// [`LABEL_MANAGER`]) from `object`, if it has one.
+pub(crate) fn forget_label_manager<K: kube_client::Resource>(object: &mut K) {
+    let Some(fields) = &mut object.meta_mut().managed_fields else {
+        return;
+    };
+    let ours = |f: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry| {
+        f.manager.as_deref() == Some(LABEL_MANAGER)
+    };
+    if fields.iter().any(ours) {
+        fields.retain(|f| !ours(f));
+        // The entries are kept for as long as the object: no spare room.
+        fields.shrink_to_fit();
+    }
+}
+
 /// `own` added to the selector a watcher was given, if any: a replica with
 /// a split cache watches what its user selected, of its own share.
 pub(crate) fn narrow(given: Option<&str>, own: &str) -> String {
@@ -108,6 +136,38 @@ mod tests {
         assert_eq!(narrow(Some(""), "s/g=a"), "s/g=a");
         assert_eq!(narrow(Some("app=x"), "s/g=a"), "app=x,s/g=a");
         assert_eq!(narrow(Some("app in (x,y)"), "s/g=a"), "app in (x,y),s/g=a");
+    }
+
+    #[test]
+    fn only_the_coordinator_s_managed_fields_entry_is_forgotten() {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+
+        let entry = |manager: &str| ManagedFieldsEntry {
+            manager: Some(manager.into()),
+            operation: Some("Update".into()),
+            ..Default::default()
+        };
+        let mut cm = ConfigMap::default();
+        forget_label_manager(&mut cm);
+        assert_eq!(cm.metadata.managed_fields, None);
+        cm.metadata.managed_fields = Some(vec![
+            entry("kubectl"),
+            entry(LABEL_MANAGER),
+            entry("someone-else"),
+        ]);
+        forget_label_manager(&mut cm);
+        let managers: Vec<_> = cm
+            .metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .map(|f| f.manager.clone().unwrap())
+            .collect();
+        assert_eq!(managers, ["kubectl", "someone-else"]);
+        // Nothing of ours: left as it was.
+        forget_label_manager(&mut cm);
+        assert_eq!(cm.metadata.managed_fields.as_ref().unwrap().len(), 2);
     }
 
     #[test]

@@ -231,8 +231,8 @@ mod ring;
 pub use config::{LabelRate, ShardConfig};
 pub(crate) use coordinator::{Coordinating, Coordinator};
 pub(crate) use joint::{Joint, Slot};
-pub(crate) use labels::narrow;
-pub use labels::{LABEL_PREFIX, label_for, label_key, selector};
+pub use labels::{LABEL_MANAGER, LABEL_PREFIX, label_for, label_key, selector};
+pub(crate) use labels::{forget_label_manager, narrow};
 pub use member::Shards;
 pub(crate) use member::{Member, SharedMembership};
 #[cfg(feature = "prometheus")]

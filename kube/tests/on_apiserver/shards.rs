@@ -34,7 +34,9 @@ use serde_json::json;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep};
-use tokio_workqueue_kube::shard::{LabelRate, ShardConfig, Shards, label_key, owner};
+use tokio_workqueue_kube::shard::{
+    LABEL_MANAGER, LabelRate, ShardConfig, Shards, label_key, owner,
+};
 use tokio_workqueue_kube::{Action, Controller, Manager};
 
 use crate::replica_common::{Record, TestError, skewed};
@@ -208,11 +210,13 @@ async fn start(
     (replica, store)
 }
 
-/// Creates the ConfigMaps `cm-0..KEYS`.
+/// Creates the ConfigMaps `cm-0..KEYS`, each with some data (a real API
+/// server then keeps `managedFields` on them, as on most objects).
 async fn create_all(api: &Api<ConfigMap>) {
     for i in 0..KEYS {
         let mut cm = ConfigMap::default();
         cm.metadata.name = Some(format!("cm-{i}"));
+        cm.data = Some([("v".to_string(), "created".to_string())].into());
         api.create(&PostParams::default(), &cm).await.unwrap();
     }
 }
@@ -563,10 +567,20 @@ async fn wait_split(
     }
 }
 
+/// Whether `cm` carries the `managedFields` entry of the coordinator's
+/// label writes.
+fn label_entry(cm: &ConfigMap) -> bool {
+    cm.managed_fields()
+        .iter()
+        .any(|f| f.manager.as_deref() == Some(LABEL_MANAGER))
+}
+
 /// Split caches on both servers: each replica's store holds exactly its
 /// share (objects relabelled away leave it, as the API server sends them
 /// deleted; relabelled in, they enter it), through the crash of the
-/// coordinator; every change is reconciled by the owner alone.
+/// coordinator; every change is reconciled by the owner alone. The stores
+/// keep no record of the label writes, which the API server keeps (the
+/// real one: the local server keeps no `managedFields`).
 #[tokio::test]
 async fn split_caches_hold_each_replicas_share_through_a_coordinator_crash() {
     for_each_backend("shards-split", |ns| async move {
@@ -581,6 +595,22 @@ async fn split_caches_hold_each_replicas_share_through_a_coordinator_crash() {
             stores.push(store);
         }
         wait_split(&ns, &stores, &[0, 1, 2]).await.unwrap();
+        let listed = api.list(&Default::default()).await.unwrap().items;
+        if listed.iter().any(|cm| cm.metadata.managed_fields.is_some()) {
+            assert!(
+                listed.iter().all(label_entry),
+                "{}: an object without the coordinator's managedFields entry",
+                ns.backend()
+            );
+        }
+        for (i, store) in stores.iter().enumerate() {
+            let held = store.state();
+            assert!(!held.is_empty(), "replica-{i} holds nothing");
+            assert!(
+                !held.iter().any(|cm| label_entry(cm)),
+                "replica-{i} keeps the record of the label writes"
+            );
+        }
         let changes = change_all(&api, "split").await;
         record.wait_reconciled(&changes, &[0, 1, 2]).await;
 
