@@ -169,8 +169,10 @@ impl ShardConfig {
     /// caches"): each replica watches only the objects labelled
     /// [`label_key`](super::label_key)`(group)={identity}`, and the member
     /// the group elects as coordinator writes that label on every object,
-    /// at most as fast as `rate` allows. The identity must then be a label
-    /// value too (at most 63 characters).
+    /// at most as fast as `rate` allows (objects without a label first).
+    /// The identity must then be a label value too (at most 63
+    /// characters). The stored objects lack the coordinator's
+    /// `managedFields` entry ([`LABEL_MANAGER`](super::LABEL_MANAGER)).
     #[must_use]
     pub fn split_cache(mut self, rate: LabelRate) -> Self {
         self.split = Some(rate);

@@ -13,7 +13,10 @@
 //! bucket for the rate, a per-object backoff for failures) feeds a few
 //! writers, which look again before writing, so a write is never made for
 //! a label that is right by then. Each write is a merge patch of the label
-//! alone.
+//! alone. Objects without a label go first: a new object is in no cache
+//! until labelled, and must not wait behind the thousands of objects a
+//! change of members moves (a quarter of them when a fourth member joins,
+//! at 200 writes a second by default).
 //!
 //! A coordinator that loses its Lease stops writing when its elector says
 //! so; writes it made late are harmless (the label only places the object
@@ -37,7 +40,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
-use tokio_workqueue::{TokenBucket, WorkQueue};
+use tokio_workqueue::{AddOpts, TokenBucket, WorkQueue};
 
 use super::ShardConfig;
 use super::labels::{LABEL_MANAGER, label_key, relabel};
@@ -85,6 +88,10 @@ impl PatchCount {
 /// How many label writes are in flight at once.
 const WRITERS: usize = 4;
 
+/// The queue priority of an object without a label (new, or its label
+/// removed): before objects that move between members (priority 0).
+const UNLABELLED: i32 = 1;
+
 /// An object, as the controller keys it: `namespace/name`, or `name` for
 /// a cluster-scoped one (neither part can hold a `/`). One allocation per
 /// object: the coordinator keeps one for every object of the kind.
@@ -116,13 +123,23 @@ impl Book {
         relabel(&self.members, ns, name, current.as_deref())
     }
 
+    /// Queues `object` if its label is wrong: objects without a label
+    /// first.
+    fn queue_if_wrong(&self, object: &ObjectKey, queue: &WorkQueue<ObjectKey>) {
+        if self.wrong(object).is_none() {
+            return;
+        }
+        let unlabelled = matches!(self.labels.get(object), Some(None));
+        let priority = if unlabelled { UNLABELLED } else { 0 };
+        // Refused only once the queue shuts down with the coordinator.
+        let _ = queue.add_with(object.clone(), AddOpts::new().priority(priority));
+    }
+
     /// Queues every object whose label is wrong (after the list, or under
     /// new members).
     fn queue_wrong(&self, queue: &WorkQueue<ObjectKey>) {
         for object in self.labels.keys() {
-            if self.wrong(object).is_some() {
-                let _ = queue.add(object.clone());
-            }
+            self.queue_if_wrong(object, queue);
         }
     }
 
@@ -333,9 +350,7 @@ where
                     Ok(Event::Apply(meta)) => {
                         let (object, label) = book.entry(&meta, &key);
                         book.labels.insert(object.clone(), label);
-                        if book.wrong(&object).is_some() {
-                            let _ = queue.add(object);
-                        }
+                        book.queue_if_wrong(&object, &queue);
                     }
                     Ok(Event::Delete(meta)) => {
                         let (object, _) = book.entry(&meta, &key);
@@ -411,5 +426,34 @@ mod tests {
         }
         // Not in the book (deleted): nothing to write.
         assert_eq!(book.wrong("default/elsewhere"), None);
+    }
+
+    #[tokio::test]
+    async fn objects_without_a_label_are_written_before_objects_that_move() {
+        use futures_util::StreamExt;
+
+        let ids = ["a", "b", "c"];
+        let mut book = Book {
+            members: Members::new(ids),
+            ..Book::default()
+        };
+        for i in 0..100 {
+            book.labels
+                .insert(format!("default/moving-{i}").into(), Some("gone".into()));
+        }
+        let right: ObjectKey = "default/right".into();
+        let owner = owner(&right, &ids).unwrap();
+        book.labels.insert(right.clone(), Some(owner.into()));
+        let queue: WorkQueue<ObjectKey> = WorkQueue::new();
+        book.queue_wrong(&queue);
+        assert_eq!(queue.len(), 100, "a right label is not queued");
+        let new: ObjectKey = "default/new".into();
+        book.labels.insert(new.clone(), None);
+        book.queue_if_wrong(&new, &queue);
+        let mut queue = queue;
+        let first = queue.next().await.expect("queued objects");
+        assert_eq!(first.key(), &new);
+        let second = queue.next().await.expect("queued objects");
+        assert!(second.key().starts_with("default/moving-"));
     }
 }

@@ -113,13 +113,19 @@
 //!   a hand edit, a user's own label under that key: the key is this
 //!   library's), and on the objects whose owner changes with the
 //!   membership, at most as fast as the [`LabelRate`] allows (200 a second
-//!   by default), retrying failures with a per-object backoff.
-//!   [`Shards::label_patches`] counts the writes a replica made;
+//!   by default), objects without a label first (so a new object does not
+//!   wait behind the objects a change of members moves), retrying failures
+//!   with a per-object backoff. It writes as field manager
+//!   [`LABEL_MANAGER`]. [`Shards::label_patches`] counts the writes a
+//!   replica made;
 //! * each replica's main watch gets the selector [`selector`]`(config)`
 //!   added to the one it was given. An object relabelled away leaves its
 //!   store (the API server sends it as deleted), one relabelled to it
 //!   enters it (as added) and is queued if the replica owns it by then;
 //!   otherwise the hand-over that gives it the key finds it in the store.
+//!   The objects in the store, and those the reconciler gets, lack the
+//!   `managedFields` entry of [`LABEL_MANAGER`]: it records only the
+//!   label, and costs about 2 KB an object in memory.
 //!
 //! The label decides only which cache an object is in; the hand-over
 //! above still decides who may start a key. A label behind the membership
