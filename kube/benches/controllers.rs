@@ -44,6 +44,12 @@
 //! `--perf=DIR` records each peer with `perf record -g` during C2's writes
 //! (cycles) and C3's syncs (page faults), to explain a missed target; perf
 //! costs the recorded process CPU, so do not take figures from such a run.
+//! `--heaptrack=DIR` runs C5's replicas with split caches under heaptrack
+//! (`DIR/{group}-{identity}.*`, read with `heaptrack_print`), to see where
+//! their memory goes; the memory figures of such a run are heaptrack's
+//! own process's, not the replicas', and the coordinator "killed" in C5
+//! is heaptrack's script (the replica runs on, still the coordinator,
+//! until the benchmark ends and its standard input closes).
 //!
 //! ```text
 //! cargo bench -p tokio-workqueue-kube --bench controllers                      # full run
@@ -115,6 +121,8 @@ struct Opts {
     filters: Vec<String>,
     /// `--perf=DIR`: record C2 (cycles) and C3 (page faults) with perf.
     perf: Option<PathBuf>,
+    /// `--heaptrack=DIR`: run C5's split replicas under heaptrack.
+    heaptrack: Option<PathBuf>,
 }
 
 impl Opts {
@@ -127,6 +135,7 @@ impl Opts {
             runs: 0,
             filters: Vec::new(),
             perf: None,
+            heaptrack: None,
         };
         for a in std::env::args().skip(1) {
             match a.as_str() {
@@ -139,6 +148,9 @@ impl Opts {
                     o.runs = a["--runs=".len()..].parse().expect("--runs=N")
                 }
                 _ if a.starts_with("--perf=") => o.perf = Some(a["--perf=".len()..].into()),
+                _ if a.starts_with("--heaptrack=") => {
+                    o.heaptrack = Some(a["--heaptrack=".len()..].into())
+                }
                 _ if a.starts_with("--") => panic!("unknown option {a}"),
                 _ => o.filters.push(a),
             }

@@ -69,10 +69,24 @@ impl Bench {
         if split {
             args.push("--split-cache".into());
         }
-        Peer {
-            name: OURS,
-            program: ours.program.clone(),
-            args,
+        match &self.opts.heaptrack {
+            Some(dir) if split => {
+                std::fs::create_dir_all(dir).expect("the --heaptrack directory");
+                let out = dir.join(format!("{group}-{identity}"));
+                let mut wrapped = vec!["-o".into(), out.display().to_string()];
+                wrapped.push(ours.program.display().to_string());
+                wrapped.extend(args);
+                Peer {
+                    name: OURS,
+                    program: "heaptrack".into(),
+                    args: wrapped,
+                }
+            }
+            _ => Peer {
+                name: OURS,
+                program: ours.program.clone(),
+                args,
+            },
         }
     }
 
