@@ -6,6 +6,7 @@
 use std::fmt::Debug;
 use std::sync::{Arc, OnceLock};
 
+use futures_util::future::Either;
 use futures_util::{Stream, StreamExt, stream};
 use kube_client::{Api, Resource};
 use kube_runtime::watcher::{self, Event, watcher};
@@ -44,19 +45,16 @@ where
             let (api, own, wc) = (api.clone(), own.clone(), wc.clone());
             stream::once(async move {
                 let mut wc = wc;
-                let split = own.get().is_some();
-                if let Some(own) = own.get() {
-                    wc.label_selector =
-                        Some(crate::shard::narrow(wc.label_selector.as_deref(), own));
-                }
+                let Some(own) = own.get() else {
+                    return Either::Left(watcher(api, wc));
+                };
+                wc.label_selector = Some(crate::shard::narrow(wc.label_selector.as_deref(), own));
                 // A split cache does not keep the record of the label
                 // writes (see `shard::LABEL_MANAGER`).
-                watcher(api, wc).map(move |event| {
-                    if !split {
-                        return event;
-                    }
-                    event.map(|e| e.modify(crate::shard::forget_label_manager))
-                })
+                Either::Right(
+                    watcher(api, wc)
+                        .map(|event| event.map(|e| e.modify(crate::shard::forget_label_manager))),
+                )
             })
             .flatten()
         };

@@ -118,18 +118,23 @@ struct Book {
 impl Book {
     /// The owner to write on `key`, if its label is wrong.
     fn wrong(&self, key: &str) -> Option<&str> {
+        self.wrong_and_unlabelled(key).map(|(owner, _)| owner)
+    }
+
+    /// The owner to write on `key`, if its label is wrong, and whether it
+    /// has no label at all.
+    fn wrong_and_unlabelled(&self, key: &str) -> Option<(&str, bool)> {
         let current = self.labels.get(key)?;
         let (ns, name) = parts(key);
-        relabel(&self.members, ns, name, current.as_deref())
+        relabel(&self.members, ns, name, current.as_deref()).map(|o| (o, current.is_none()))
     }
 
     /// Queues `object` if its label is wrong: objects without a label
     /// first.
     fn queue_if_wrong(&self, object: &ObjectKey, queue: &WorkQueue<ObjectKey>) {
-        if self.wrong(object).is_none() {
+        let Some((_, unlabelled)) = self.wrong_and_unlabelled(object) else {
             return;
-        }
-        let unlabelled = matches!(self.labels.get(object), Some(None));
+        };
         let priority = if unlabelled { UNLABELLED } else { 0 };
         // Refused only once the queue shuts down with the coordinator.
         let _ = queue.add_with(object.clone(), AddOpts::new().priority(priority));

@@ -90,11 +90,9 @@ pub(crate) fn forget_label_manager<K: kube_client::Resource>(object: &mut K) {
     let Some(fields) = &mut object.meta_mut().managed_fields else {
         return;
     };
-    let ours = |f: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry| {
-        f.manager.as_deref() == Some(LABEL_MANAGER)
-    };
-    if fields.iter().any(ours) {
-        fields.retain(|f| !ours(f));
+    let before = fields.len();
+    fields.retain(|f| f.manager.as_deref() != Some(LABEL_MANAGER));
+    if fields.len() != before {
         // The entries are kept for as long as the object: no spare room.
         fields.shrink_to_fit();
     }
