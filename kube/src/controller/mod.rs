@@ -11,7 +11,7 @@ mod requeue_priority;
 mod run;
 mod settings;
 mod sharding;
-mod split;
+pub(crate) mod split;
 mod strip;
 mod triggers;
 mod watched;

@@ -14,7 +14,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
 use super::error::ControllerError;
-use crate::shard::{Coordinating, Coordinator, Shards, View, selector};
+use crate::shard::{Coordinating, Coordinator, Kind, Shards, View, selector};
 
 /// The main watcher of a controller made by
 /// [`Controller::new`](super::Controller::new): its API, and the selector
@@ -44,22 +44,32 @@ where
         let events = {
             let (api, own, wc) = (api.clone(), own.clone(), wc.clone());
             stream::once(async move {
-                let mut wc = wc;
-                let Some(own) = own.get() else {
-                    return Either::Left(watcher(api, wc));
-                };
-                wc.label_selector = Some(crate::shard::narrow(wc.label_selector.as_deref(), own));
-                // A split cache does not keep the record of the label
-                // writes (see `shard::LABEL_MANAGER`).
-                Either::Right(
-                    watcher(api, wc)
-                        .map(|event| event.map(|e| e.modify(crate::shard::forget_label_manager))),
-                )
+                match own.get() {
+                    None => Either::Left(watcher(api, wc)),
+                    Some(own) => Either::Right(share_watch(api, wc, own)),
+                }
             })
             .flatten()
         };
         (MainWatch { api, wc, own }, events)
     }
+}
+
+/// The watch of this replica's share of what `api` and `wc` select, its
+/// label selector narrowed with `own` (the [`selector`] of its member): a
+/// split cache, a controller's own or a manager's.
+pub(crate) fn share_watch<K>(
+    api: Api<K>,
+    mut wc: watcher::Config,
+    own: &str,
+) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static + use<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    wc.label_selector = Some(crate::shard::narrow(wc.label_selector.as_deref(), own));
+    // A split cache does not keep the record of the label writes (see
+    // `shard::LABEL_MANAGER`).
+    watcher(api, wc).map(|event| event.map(|e| e.modify(crate::shard::forget_label_manager)))
 }
 
 /// Starts a replica's candidacy for coordinator with the membership's view.
@@ -95,9 +105,12 @@ where
     // Set once: a controller is run once.
     let _ = main.own.set(selector(config));
     let coordinator = Coordinator::new(
-        main.api.clone(),
-        main.wc.clone(),
-        dyntype.clone(),
+        main.api.clone().into_client(),
+        vec![Kind::new(
+            main.api.clone(),
+            main.wc.clone(),
+            dyntype.clone(),
+        )],
         config.clone(),
         shards.clock(),
         shards.label_patch_counter(),

@@ -50,7 +50,8 @@
 //!
 //! With [`Manager::shards`] instead, every replica holds one Lease in a
 //! shard group and each controller reconciles only the keys the group gives
-//! this replica. The replica's acknowledgement of a new membership speaks
+//! this replica; with a config that splits the cache, each controller's
+//! main cache holds only this replica's share too. The replica's acknowledgement of a new membership speaks
 //! for all its controllers: it is written only once each of them has
 //! nothing in flight that the new membership takes away, so a key moves to
 //! another replica only after every controller here let go of it.
@@ -120,8 +121,9 @@ use self::source::{Source, SourceId, Sources};
 use crate::Controller;
 use crate::controller::leadership::Leadership;
 use crate::controller::replication::Shared as ManagerReplication;
+use crate::controller::split::share_watch;
 use crate::leader::{LeaderElection, LeaderState, LeaseConfigError};
-use crate::shard::{Shards, SharedMembership};
+use crate::shard::{Kind, Shards, SharedMembership, narrow, selector};
 
 /// Why the manager refused a call or could not run.
 #[derive(Debug)]
@@ -161,12 +163,6 @@ pub enum ManagerError {
     /// called: a manager's controllers either all follow one leader or all
     /// share the keys.
     ElectionWithShards,
-    /// [`Manager::shards`] was given a config that splits the cache
-    /// ([`ShardConfig::split_cache`](crate::shard::ShardConfig::split_cache)):
-    /// a manager's caches are shared between its controllers and are not
-    /// split yet. Give the shards to each controller made with
-    /// [`Controller::new`](crate::Controller::new) instead.
-    SplitCacheInManager,
     /// The Lease config breaks client-go's timing rules.
     InvalidLeaseConfig(LeaseConfigError),
     /// [`Manager::run`] was called outside a tokio runtime with signal
@@ -201,9 +197,6 @@ impl fmt::Display for ManagerError {
             ManagerError::ShardsTwice => f.write_str("the manager has one shard membership only"),
             ManagerError::ElectionWithShards => f.write_str(
                 "the manager runs either a leader election or a shard membership, not both",
-            ),
-            ManagerError::SplitCacheInManager => f.write_str(
-                "a manager's shared caches are not split: give a split cache's shards to a controller made with Controller::new",
             ),
             ManagerError::InvalidLeaseConfig(error) => {
                 write!(f, "invalid lease config: {error}")
@@ -243,6 +236,10 @@ pub(crate) struct Shared {
     shards: Mutex<Option<Arc<SharedMembership>>>,
     /// Controllers made so far (an election must come before them).
     made: std::sync::atomic::AtomicUsize,
+    /// With a split cache: the sources whose objects this replica labels
+    /// as the group's coordinator (each once, however many controllers
+    /// share it).
+    labelled: Mutex<std::collections::HashSet<SourceId>>,
 }
 
 impl Shared {
@@ -270,6 +267,38 @@ impl Shared {
         let id = SourceId::new::<K>(api.resource_url(), &wc);
         self.source(id, move || {
             Source::new(paced(watcher::watcher(api, wc)), dyntype)
+        })
+    }
+
+    /// The main source of a controller of `api` + `wc`: with a
+    /// membership that splits the cache, this replica's share of it (its
+    /// own watch, narrowed to the objects labelled with this member, and
+    /// the objects labelled by the coordinator this replica runs for);
+    /// otherwise the whole shared watch.
+    pub(crate) fn main_source<K>(
+        &self,
+        api: Api<K>,
+        wc: watcher::Config,
+        dyntype: K::DynamicType,
+    ) -> Arc<Source<K>>
+    where
+        K: Resource + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static,
+        K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
+    {
+        let membership = self.shards.lock().clone();
+        let Some(membership) = membership.filter(|m| m.config().splits_cache().is_some()) else {
+            return self.object_source(api, wc, dyntype);
+        };
+        let whole = SourceId::new::<K>(api.resource_url(), &wc);
+        if self.labelled.lock().insert(whole) {
+            membership.label(Kind::new(api.clone(), wc.clone(), dyntype.clone()));
+        }
+        let own = selector(membership.config());
+        let mut narrowed = wc.clone();
+        narrowed.label_selector = Some(narrow(wc.label_selector.as_deref(), &own));
+        let id = SourceId::new::<K>(api.resource_url(), &narrowed);
+        self.source(id, move || {
+            Source::new(paced(share_watch(api, wc, &own)), dyntype)
         })
     }
 
@@ -361,6 +390,7 @@ impl Manager {
                 leader: Mutex::new(None),
                 shards: Mutex::new(None),
                 made: std::sync::atomic::AtomicUsize::new(0),
+                labelled: Mutex::new(Default::default()),
             }),
             added: Vec::new(),
             listener: None,
@@ -426,7 +456,14 @@ impl Manager {
     /// Lease per replica in `shards`' group, and each controller reconciles
     /// only the keys the group gives this replica (see [`crate::shard`]).
     /// Every cache stays whole on every replica (each key's trigger reaches
-    /// its owner). The replica acknowledges a new membership on its Lease
+    /// its owner), unless the config splits the cache
+    /// ([`ShardConfig::split_cache`](crate::shard::ShardConfig::split_cache)):
+    /// then each controller's main cache holds only this replica's share
+    /// (the objects labelled with its member), and the replica runs for the
+    /// group's coordinator, which labels the objects of every controller's
+    /// main kind and selection (see "Split caches" in [`crate::shard`]). The
+    /// caches of `owns` and `watches`, and [`store`](Self::store)s, stay
+    /// whole. The replica acknowledges a new membership on its Lease
     /// only once **every** controller has nothing in flight that it loses
     /// in it, so a key gained elsewhere starts only after each controller
     /// here let go of it. A replica that cannot renew by its renew deadline
@@ -463,9 +500,6 @@ impl Manager {
             .config()
             .validate()
             .map_err(ManagerError::InvalidLeaseConfig)?;
-        if shards.config().splits_cache().is_some() {
-            return Err(ManagerError::SplitCacheInManager);
-        }
         *self.shared.shards.lock() = Some(SharedMembership::new(shards));
         Ok(self)
     }
@@ -478,6 +512,11 @@ impl Manager {
     /// A reader of the shared cache of `api`'s objects that `wc` selects:
     /// the same store the manager's controllers reconcile from, with one
     /// watch whoever else uses it. It fills once [`run`](Self::run) starts.
+    ///
+    /// It holds everything `wc` selects, also with a split cache (see
+    /// [`shards`](Self::shards)), where a controller's main cache is this
+    /// replica's share: that one is the controller's
+    /// [`store`](Controller::store).
     pub fn store<K>(&self, api: Api<K>, wc: watcher::Config) -> Store<K>
     where
         K: Resource + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static,
@@ -517,7 +556,7 @@ impl Manager {
         K::DynamicType:
             Eq + std::hash::Hash + Clone + Default + fmt::Debug + Send + Sync + Unpin + 'static,
     {
-        let source = self.source(api, wc);
+        let source = self.shared.main_source(api, wc, Default::default());
         self.shared
             .made
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -30,8 +30,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures_util::StreamExt;
+use futures_util::stream::BoxStream;
 use kube_client::api::{Patch, PatchParams};
-use kube_client::{Api, Resource, ResourceExt};
+use kube_client::core::PartialObjectMeta;
+use kube_client::{Api, Client, Resource, ResourceExt};
 
 use kube_runtime::WatchStreamExt;
 use kube_runtime::watcher::{self, Event};
@@ -97,6 +99,10 @@ const UNLABELLED: i32 = 1;
 /// object: the coordinator keeps one for every object of the kind.
 type ObjectKey = Arc<str>;
 
+/// What the coordinator's queue holds: an object, and its kind's place
+/// among the kinds labelled.
+type Queued = (usize, ObjectKey);
+
 /// The namespace and name of `key`.
 fn parts(key: &str) -> (Option<&str>, &str) {
     match key.split_once('/') {
@@ -105,69 +111,143 @@ fn parts(key: &str) -> (Option<&str>, &str) {
     }
 }
 
-/// Every object's current shard label (labels are interned: they are a
-/// few member names), and the members to give objects to.
+/// An object as the metadata watch shows it to the coordinator: its key,
+/// and the value of its shard label.
+struct Seen {
+    key: ObjectKey,
+    label: Option<String>,
+}
+
+/// A kind's metadata watch, as [`Seen`] objects.
+type SeenEvents = BoxStream<'static, Result<Event<Seen>, watcher::Error>>;
+
+/// The path of a kind's objects in a namespace (`None`: cluster-scoped).
+type UrlOf = Box<dyn Fn(Option<&str>) -> String + Send + Sync>;
+
+/// A kind whose objects the coordinator labels: the objects one
+/// controller's API and watcher config select. Its type is erased, so
+/// that one coordinator (one election, one rate, one queue) labels every
+/// kind a manager's controllers split.
+pub(crate) struct Kind {
+    url: UrlOf,
+    /// Starts a metadata watch, reading the label under the key given.
+    watch: Box<dyn Fn(&str) -> SeenEvents + Send + Sync>,
+}
+
+impl Kind {
+    /// The objects of `api` that `wc` selects (the controller's own API
+    /// and selection, whatever its namespace).
+    pub(crate) fn new<K>(api: Api<K>, wc: watcher::Config, dyntype: K::DynamicType) -> Self
+    where
+        K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+        K::DynamicType: Clone + Send + Sync + 'static,
+    {
+        Kind {
+            url: Box::new(move |ns| K::url_path(&dyntype, ns)),
+            watch: Box::new(move |label_key| {
+                let label_key = label_key.to_owned();
+                #[allow(deprecated)]
+                let events = watcher::metadata_watcher(api.clone(), wc.clone());
+                events
+                    .default_backoff()
+                    .map(move |event| event.map(|e| seen(e, &label_key)))
+                    .boxed()
+            }),
+        }
+    }
+}
+
+/// `event`'s object as the coordinator keeps it: the metadata is decoded
+/// once, and only the key and the label are kept of it.
+fn seen<K: Resource>(event: Event<PartialObjectMeta<K>>, label_key: &str) -> Event<Seen> {
+    let seen = |meta: PartialObjectMeta<K>| {
+        let name = meta.name_any();
+        let key: ObjectKey = match meta.namespace() {
+            Some(ns) => format!("{ns}/{name}").into(),
+            None => name.into(),
+        };
+        let label = meta.metadata.labels.and_then(|mut l| l.remove(label_key));
+        Seen { key, label }
+    };
+    match event {
+        Event::Apply(meta) => Event::Apply(seen(meta)),
+        Event::Delete(meta) => Event::Delete(seen(meta)),
+        Event::Init => Event::Init,
+        Event::InitApply(meta) => Event::InitApply(seen(meta)),
+        Event::InitDone => Event::InitDone,
+    }
+}
+
+/// Every object's current shard label, kind by kind (labels are
+/// interned: they are a few member names), and the members to give
+/// objects to.
 #[derive(Default)]
 struct Book {
-    labels: HashMap<ObjectKey, Option<Arc<str>>>,
+    /// One map per kind, in the coordinator's order.
+    labels: Vec<HashMap<ObjectKey, Option<Arc<str>>>>,
     /// Every label value seen, once.
     values: std::collections::HashSet<Arc<str>>,
     members: Members,
 }
 
 impl Book {
-    /// The owner to write on `key`, if its label is wrong.
-    fn wrong(&self, key: &str) -> Option<&str> {
-        self.wrong_and_unlabelled(key).map(|(owner, _)| owner)
+    /// A book of `kinds` kinds, none listed yet.
+    fn new(kinds: usize) -> Self {
+        Book {
+            labels: (0..kinds).map(|_| HashMap::new()).collect(),
+            ..Book::default()
+        }
     }
 
-    /// The owner to write on `key`, if its label is wrong, and whether it
-    /// has no label at all.
-    fn wrong_and_unlabelled(&self, key: &str) -> Option<(&str, bool)> {
-        let current = self.labels.get(key)?;
+    /// The owner to write on `key` of `kind`, if its label is wrong.
+    fn wrong(&self, kind: usize, key: &str) -> Option<&str> {
+        self.wrong_and_unlabelled(kind, key).map(|(owner, _)| owner)
+    }
+
+    /// The owner to write on `key` of `kind`, if its label is wrong, and
+    /// whether it has no label at all.
+    fn wrong_and_unlabelled(&self, kind: usize, key: &str) -> Option<(&str, bool)> {
+        let current = self.labels[kind].get(key)?;
         let (ns, name) = parts(key);
         relabel(&self.members, ns, name, current.as_deref()).map(|o| (o, current.is_none()))
     }
 
-    /// Queues `object` if its label is wrong: objects without a label
-    /// first.
-    fn queue_if_wrong(&self, object: &ObjectKey, queue: &WorkQueue<ObjectKey>) {
-        let Some((_, unlabelled)) = self.wrong_and_unlabelled(object) else {
+    /// Queues `object` of `kind` if its label is wrong: objects without a
+    /// label first.
+    fn queue_if_wrong(&self, kind: usize, object: &ObjectKey, queue: &WorkQueue<Queued>) {
+        let Some((_, unlabelled)) = self.wrong_and_unlabelled(kind, object) else {
             return;
         };
         let priority = if unlabelled { UNLABELLED } else { 0 };
         // Refused only once the queue shuts down with the coordinator.
-        let _ = queue.add_with(object.clone(), AddOpts::new().priority(priority));
+        let _ = queue.add_with((kind, object.clone()), AddOpts::new().priority(priority));
     }
 
-    /// Queues every object whose label is wrong (after the list, or under
-    /// new members).
-    fn queue_wrong(&self, queue: &WorkQueue<ObjectKey>) {
-        for object in self.labels.keys() {
-            self.queue_if_wrong(object, queue);
+    /// Queues every object of `kind` whose label is wrong (after its
+    /// list).
+    fn queue_wrong(&self, kind: usize, queue: &WorkQueue<Queued>) {
+        for object in self.labels[kind].keys() {
+            self.queue_if_wrong(kind, object, queue);
         }
     }
 
-    /// `meta`'s key, and its label under `label_key` interned.
-    fn entry<K: Resource>(
-        &mut self,
-        meta: &kube_client::core::PartialObjectMeta<K>,
-        label_key: &str,
-    ) -> (ObjectKey, Option<Arc<str>>) {
-        let name = meta.name_any();
-        let key: ObjectKey = match meta.namespace() {
-            Some(ns) => format!("{ns}/{name}").into(),
-            None => name.into(),
-        };
-        let label = meta.labels().get(label_key).map(|v| {
-            if let Some(v) = self.values.get(v.as_str()) {
-                return v.clone();
-            }
-            let v: Arc<str> = v.as_str().into();
-            self.values.insert(v.clone());
-            v
-        });
-        (key, label)
+    /// Queues every object of every kind whose label is wrong (under new
+    /// members).
+    fn queue_all_wrong(&self, queue: &WorkQueue<Queued>) {
+        for kind in 0..self.labels.len() {
+            self.queue_wrong(kind, queue);
+        }
+    }
+
+    /// `label`, interned.
+    fn intern(&mut self, label: Option<String>) -> Option<Arc<str>> {
+        let label = label?;
+        if let Some(v) = self.values.get(label.as_str()) {
+            return Some(v.clone());
+        }
+        let v: Arc<str> = label.into();
+        self.values.insert(v.clone());
+        Some(v)
     }
 }
 
@@ -187,38 +267,31 @@ impl Coordinating {
 }
 
 /// A member's candidacy for its group's coordinator: started with the
-/// membership, stopped (its task aborted) with the controller.
-pub(crate) struct Coordinator<K: Resource> {
-    api: Api<K>,
-    /// The controller's selection, without its own share's label.
-    wc: watcher::Config,
-    dyntype: K::DynamicType,
+/// membership, stopped (its task aborted) with the controller, or with
+/// the manager whose controllers split their caches.
+pub(crate) struct Coordinator {
+    client: Client,
+    /// What it labels: at least one kind.
+    kinds: Vec<Kind>,
     config: ShardConfig,
     clock: WallClock,
     patches: PatchCount,
 }
 
-impl<K> Coordinator<K>
-where
-    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-    K::DynamicType: Clone + Send + Sync + 'static,
-{
-    /// A candidate watching and labelling the objects of `api` that `wc`
-    /// selects (the controller's own API and selection, whatever its
-    /// namespace) for `config`'s group; `patches` counts the label writes
-    /// that succeeded.
+impl Coordinator {
+    /// A candidate labelling the objects of `kinds` for `config`'s group
+    /// through `client`; `patches` counts the label writes that
+    /// succeeded.
     pub(crate) fn new(
-        api: Api<K>,
-        wc: watcher::Config,
-        dyntype: K::DynamicType,
+        client: Client,
+        kinds: Vec<Kind>,
         config: ShardConfig,
         clock: WallClock,
         patches: PatchCount,
     ) -> Self {
         Coordinator {
-            api,
-            wc,
-            dyntype,
+            client,
+            kinds,
             config,
             clock,
             patches,
@@ -239,11 +312,8 @@ where
 
     async fn run(self, view: watch::Receiver<Arc<View>>, stop: CancellationToken) {
         let clock = self.clock.clone();
-        let election = LeaderElection::new(
-            self.api.clone().into_client(),
-            self.config.coordinator_lease(),
-        )
-        .wall_clock(move || clock());
+        let election = LeaderElection::new(self.client.clone(), self.config.coordinator_lease())
+            .wall_clock(move || clock());
         let elector = match election.start() {
             Ok(elector) => elector,
             // Validated with the shard config: cannot happen.
@@ -278,17 +348,17 @@ where
         }
     }
 
-    /// Merge-patches `object`'s metadata.
+    /// Merge-patches the metadata of `object` of `kind`.
     async fn patch(
         &self,
+        kind: usize,
         object: &str,
         patch: &serde_json::Value,
     ) -> Result<(), kube_client::Error> {
         // The controller's API may be of all namespaces: the object's own
         // namespace goes into the path.
         let (ns, name) = parts(object);
-        let url = K::url_path(&self.dyntype, ns);
-        let request = kube_client::core::Request::new(url)
+        let request = kube_client::core::Request::new((self.kinds[kind].url)(ns))
             .patch_metadata(
                 name,
                 &PatchParams {
@@ -301,9 +371,7 @@ where
         // The answer is the object's metadata, managedFields and all: not
         // decoded (nothing of it is needed), which spares the coordinator
         // most of each write's allocations.
-        self.api
-            .clone()
-            .into_client()
+        self.client
             .request::<serde::de::IgnoredAny>(request)
             .await
             .map(drop)
@@ -315,8 +383,10 @@ where
         let rate = self.config.splits_cache().unwrap_or_default();
         let bucket = TokenBucket::new(rate.per_second, rate.burst)
             .expect("the label rate is validated with the shard config");
-        let queue: WorkQueue<ObjectKey> = WorkQueue::builder().throttle(bucket).build();
-        let book = Arc::new(Mutex::new(Book::default()));
+        // One queue for every kind: one rate for all the writes, and
+        // objects without a label go first whatever their kind.
+        let queue: WorkQueue<Queued> = WorkQueue::builder().throttle(bucket).build();
+        let book = Arc::new(Mutex::new(Book::new(self.kinds.len())));
         let key = label_key(self.config.group());
 
         let follow_members = {
@@ -328,7 +398,7 @@ where
                         let mut book = book.lock();
                         if book.members != members {
                             book.members = members;
-                            book.queue_wrong(&queue);
+                            book.queue_all_wrong(&queue);
                         }
                     }
                     if view.changed().await.is_err() {
@@ -339,30 +409,35 @@ where
         };
 
         let follow_objects = {
-            let (book, queue, key) = (book.clone(), queue.clone(), key.clone());
-            let mut fresh: Option<HashMap<ObjectKey, Option<Arc<str>>>> = None;
-            #[allow(deprecated)]
-            let events = watcher::metadata_watcher(self.api.clone(), self.wc.clone());
-            events.default_backoff().for_each(move |event| {
+            let (book, queue) = (book.clone(), queue.clone());
+            // Each kind's list in progress, kept apart until it is whole.
+            let mut fresh: Vec<Option<HashMap<ObjectKey, Option<Arc<str>>>>> =
+                self.kinds.iter().map(|_| None).collect();
+            let events = futures_util::stream::select_all(
+                self.kinds
+                    .iter()
+                    .enumerate()
+                    .map(|(kind, k)| (k.watch)(&key).map(move |event| (kind, event))),
+            );
+            events.for_each(move |(kind, event)| {
                 let mut book = book.lock();
                 match event {
-                    Ok(Event::Init) => fresh = Some(HashMap::new()),
-                    Ok(Event::InitApply(meta)) => {
-                        let (object, label) = book.entry(&meta, &key);
-                        fresh.get_or_insert_default().insert(object, label);
+                    Ok(Event::Init) => fresh[kind] = Some(HashMap::new()),
+                    Ok(Event::InitApply(seen)) => {
+                        let label = book.intern(seen.label);
+                        fresh[kind].get_or_insert_default().insert(seen.key, label);
                     }
                     Ok(Event::InitDone) => {
-                        book.labels = fresh.take().unwrap_or_default();
-                        book.queue_wrong(&queue);
+                        book.labels[kind] = fresh[kind].take().unwrap_or_default();
+                        book.queue_wrong(kind, &queue);
                     }
-                    Ok(Event::Apply(meta)) => {
-                        let (object, label) = book.entry(&meta, &key);
-                        book.labels.insert(object.clone(), label);
-                        book.queue_if_wrong(&object, &queue);
+                    Ok(Event::Apply(seen)) => {
+                        let label = book.intern(seen.label);
+                        book.labels[kind].insert(seen.key.clone(), label);
+                        book.queue_if_wrong(kind, &seen.key, &queue);
                     }
-                    Ok(Event::Delete(meta)) => {
-                        let (object, _) = book.entry(&meta, &key);
-                        book.labels.remove(&object);
+                    Ok(Event::Delete(seen)) => {
+                        book.labels[kind].remove(&seen.key);
                     }
                     Err(error) => {
                         tracing::warn!(%error, "shard coordinator: watch failed; retrying");
@@ -376,18 +451,18 @@ where
             let book = book.clone();
             let key = key.clone();
             async move {
-                let object = item.key().clone();
+                let (kind, object) = item.key().clone();
                 // Looked at again now: the label may have been put right, or
                 // the member set changed, since the object was queued.
                 let Some(patch) = book
                     .lock()
-                    .wrong(&object)
+                    .wrong(kind, &object)
                     .map(|owner| serde_json::json!({ "metadata": { "labels": { key: owner } } }))
                 else {
                     item.forget();
                     return;
                 };
-                match self.patch(&object, &patch).await {
+                match self.patch(kind, &object, &patch).await {
                     Ok(_) => {
                         self.patches.add(self.config.group());
                         item.forget();
@@ -423,45 +498,47 @@ mod tests {
         let ids = ["a", "b", "c"];
         let mut book = Book {
             members: Members::new(ids),
-            ..Book::default()
+            ..Book::new(2)
         };
         for key in ["default/cm-1", "default/cm-2", "node-1"] {
-            book.labels.insert(key.into(), Some("gone".into()));
+            book.labels[1].insert(key.into(), Some("gone".into()));
             let want = owner(key, &ids).unwrap();
-            assert_eq!(book.wrong(key), Some(want));
-            book.labels.insert(key.into(), Some(want.into()));
-            assert_eq!(book.wrong(key), None);
+            assert_eq!(book.wrong(1, key), Some(want));
+            // Kinds are apart: the same key of the other kind is not in the book.
+            assert_eq!(book.wrong(0, key), None);
+            book.labels[1].insert(key.into(), Some(want.into()));
+            assert_eq!(book.wrong(1, key), None);
         }
         // Not in the book (deleted): nothing to write.
-        assert_eq!(book.wrong("default/elsewhere"), None);
+        assert_eq!(book.wrong(1, "default/elsewhere"), None);
     }
 
     #[tokio::test]
-    async fn objects_without_a_label_are_written_before_objects_that_move() {
+    async fn objects_without_a_label_are_written_before_objects_that_move_whatever_their_kind() {
         use futures_util::StreamExt;
 
         let ids = ["a", "b", "c"];
         let mut book = Book {
             members: Members::new(ids),
-            ..Book::default()
+            ..Book::new(2)
         };
         for i in 0..100 {
-            book.labels
-                .insert(format!("default/moving-{i}").into(), Some("gone".into()));
+            book.labels[0].insert(format!("default/moving-{i}").into(), Some("gone".into()));
         }
         let right: ObjectKey = "default/right".into();
         let owner = owner(&right, &ids).unwrap();
-        book.labels.insert(right.clone(), Some(owner.into()));
-        let queue: WorkQueue<ObjectKey> = WorkQueue::new();
-        book.queue_wrong(&queue);
+        book.labels[0].insert(right.clone(), Some(owner.into()));
+        let queue: WorkQueue<Queued> = WorkQueue::new();
+        book.queue_all_wrong(&queue);
         assert_eq!(queue.len(), 100, "a right label is not queued");
         let new: ObjectKey = "default/new".into();
-        book.labels.insert(new.clone(), None);
-        book.queue_if_wrong(&new, &queue);
+        book.labels[1].insert(new.clone(), None);
+        book.queue_if_wrong(1, &new, &queue);
         let mut queue = queue;
         let first = queue.next().await.expect("queued objects");
-        assert_eq!(first.key(), &new);
+        assert_eq!(first.key(), &(1, new));
         let second = queue.next().await.expect("queued objects");
-        assert!(second.key().starts_with("default/moving-"));
+        assert_eq!(second.key().0, 0);
+        assert!(second.key().1.starts_with("default/moving-"));
     }
 }

@@ -16,6 +16,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until, timeout_at};
 
 use super::config::ShardConfig;
+use super::coordinator::{Coordinating, Coordinator, Kind};
 use super::joint::Joint;
 use super::protocol::{AckLog, Declared, Verdict, View, judge};
 use super::ring::Members;
@@ -139,7 +140,9 @@ impl Shards {
 
 /// A membership several controllers follow, a manager's: started by the
 /// first that asks (or the manager), acknowledged through a [`Joint`] of
-/// their declarations, and left once, after every controller.
+/// their declarations, and left once, after every controller. With a
+/// split cache, the replica runs for the group's coordinator with it,
+/// labelling every kind its controllers split ([`label`](Self::label)).
 pub(crate) struct SharedMembership {
     joint: Arc<Joint>,
     config: ShardConfig,
@@ -149,8 +152,10 @@ pub(crate) struct SharedMembership {
 }
 
 enum Started {
-    Not(Shards),
-    Running(Member),
+    /// Not started: the membership, and the kinds to label once it is.
+    Not(Shards, Vec<Kind>),
+    /// Running, with the candidacy for coordinator if the cache is split.
+    Running(Member, Option<Coordinating>),
     Left,
 }
 
@@ -162,7 +167,7 @@ impl SharedMembership {
             config: shards.config.clone(),
             #[cfg(feature = "prometheus")]
             gauges: shards.metrics.clone(),
-            state: Mutex::new(Started::Not(shards)),
+            state: Mutex::new(Started::Not(shards, Vec::new())),
         })
     }
 
@@ -176,24 +181,54 @@ impl SharedMembership {
         self.gauges.as_ref()
     }
 
+    /// Adds `kind` to what this replica labels while it is the group's
+    /// coordinator (a split cache). Kinds are added before the membership
+    /// starts (a manager makes its controllers before it runs); one added
+    /// later is not labelled, and that is logged.
+    pub(crate) fn label(&self, kind: Kind) {
+        match &mut *self.state.lock() {
+            Started::Not(_, kinds) => kinds.push(kind),
+            Started::Running(..) | Started::Left => tracing::error!(
+                group = self.config.group(),
+                "a controller with a split cache was made after its manager's shard membership \
+                 started: its objects are not labelled by this replica"
+            ),
+        }
+    }
+
     /// The view the membership publishes, starting it on the first call
-    /// (within a runtime); `None` once it was left.
+    /// (within a runtime), with the candidacy for coordinator if any kind
+    /// is to be labelled; `None` once it was left.
     pub(crate) fn view(&self) -> Option<watch::Receiver<Arc<View>>> {
         let mut state = self.state.lock();
         *state = match std::mem::replace(&mut *state, Started::Left) {
-            Started::Not(shards) => match shards.start(self.joint.subscribe()) {
-                Ok(member) => Started::Running(member),
-                // Validated when the manager was given it: cannot happen.
-                Err(error) => {
-                    tracing::error!(%error, "shards not started");
-                    Started::Left
+            Started::Not(shards, kinds) => {
+                let coordinator = (!kinds.is_empty()).then(|| {
+                    Coordinator::new(
+                        shards.api.clone().into_client(),
+                        kinds,
+                        self.config.clone(),
+                        shards.clock(),
+                        shards.label_patch_counter(),
+                    )
+                });
+                match shards.start(self.joint.subscribe()) {
+                    Ok(member) => {
+                        let coordinating = coordinator.map(|c| c.start(member.view.clone()));
+                        Started::Running(member, coordinating)
+                    }
+                    // Validated when the manager was given it: cannot happen.
+                    Err(error) => {
+                        tracing::error!(%error, "shards not started");
+                        Started::Left
+                    }
                 }
-            },
+            }
             started => started,
         };
         match &*state {
-            Started::Running(member) => Some(member.view.clone()),
-            Started::Not(_) | Started::Left => None,
+            Started::Running(member, _) => Some(member.view.clone()),
+            Started::Not(..) | Started::Left => None,
         }
     }
 
@@ -202,12 +237,19 @@ impl SharedMembership {
         &self.joint
     }
 
-    /// Releases the Lease; call it once every controller is done.
+    /// Releases the coordinator's Lease, if held, then this replica's;
+    /// call it once every controller is done.
     pub(crate) async fn leave(&self) {
-        let member = match std::mem::replace(&mut *self.state.lock(), Started::Left) {
-            Started::Running(member) => member,
-            Started::Not(_) | Started::Left => return,
+        let (member, coordinating) = match std::mem::replace(&mut *self.state.lock(), Started::Left)
+        {
+            Started::Running(member, coordinating) => (member, coordinating),
+            Started::Not(..) | Started::Left => return,
         };
+        // The coordinator's Lease first: the others then find one to take
+        // over as soon as this one is gone.
+        if let Some(coordinating) = coordinating {
+            coordinating.leave().await;
+        }
         member.leave().await;
     }
 }

@@ -144,13 +144,20 @@
 //! and StatefulSets are); a controller made with
 //! [`Controller::new`](crate::Controller::new), whose own watcher it
 //! narrows (a controller given its stream reports
-//! [`ControllerError::SplitCacheWithoutWatcher`](crate::ControllerError::SplitCacheWithoutWatcher)).
+//! [`ControllerError::SplitCacheWithoutWatcher`](crate::ControllerError::SplitCacheWithoutWatcher)),
+//! or by a [`Manager`](crate::Manager) given the split membership with
+//! [`Manager::shards`](crate::Manager::shards): there each controller's
+//! main cache is the replica's share, and one coordinator (one Lease, one
+//! rate, one queue, objects without a label first whatever their kind)
+//! labels the main kinds of all the manager's controllers. An object's
+//! owner depends only on its `namespace/name`, so a ConfigMap and a Secret
+//! of one name go to the same replica, labelled alike.
 //! What stays whole: the caches of `owns` and `watches` (their triggers
 //! reach the owner's replica as before, and are dropped elsewhere) unless
 //! the reconciler copies its object's label onto the children it makes
 //! ([`label_for`]) and selects [`selector`]`(config)` in `owns`, and a
-//! [`Manager`](crate::Manager)'s shared caches (`Manager::shards` refuses a
-//! split cache for now).
+//! manager's [`store`](crate::Manager::store)s, which are whole watches of
+//! what they select.
 //!
 //! # Failure semantics
 //!
@@ -235,7 +242,7 @@ pub mod protocol;
 mod ring;
 
 pub use config::{LabelRate, ShardConfig};
-pub(crate) use coordinator::{Coordinating, Coordinator};
+pub(crate) use coordinator::{Coordinating, Coordinator, Kind};
 pub(crate) use joint::{Joint, Slot};
 pub use labels::{LABEL_MANAGER, LABEL_PREFIX, label_for, label_key, selector};
 pub(crate) use labels::{forget_label_manager, narrow};

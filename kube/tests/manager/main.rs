@@ -1,7 +1,7 @@
 //! The `Manager` on local API servers of each test's own: its caches,
 //! probes, metrics endpoint (over TLS too) and shutdown, on a real SIGTERM
-//! too, and one leader election, or one shard membership, for all its
-//! controllers across replicas. One test binary for them all.
+//! too, and one leader election, or one shard membership (splitting the caches
+//! too), for all its controllers across replicas. One test binary for them all.
 
 #[path = "../manager_common/mod.rs"]
 mod manager_common;
@@ -12,5 +12,6 @@ mod leader_election;
 mod manager;
 mod shards;
 mod sigterm;
+mod split_caches;
 #[cfg(feature = "tls")]
 mod tls;

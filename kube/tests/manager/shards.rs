@@ -274,12 +274,6 @@ async fn shards_after_controllers_twice_beside_an_election_or_with_a_bad_config_
         manager.shards(shards(bad)).err().unwrap(),
         ManagerError::InvalidLeaseConfig(_)
     ));
-    let split = config(0).split_cache(tokio_workqueue_kube::shard::LabelRate::DEFAULT);
-    let error = manager.shards(shards(split)).err().unwrap();
-    assert!(
-        matches!(error, ManagerError::SplitCacheInManager),
-        "{error}"
-    );
     manager.shards(shards(config(0))).unwrap();
     let twice = manager.shards(shards(config(0))).err().unwrap();
     assert!(matches!(twice, ManagerError::ShardsTwice), "{twice}");

@@ -186,11 +186,21 @@ impl Drop for Running {
 }
 
 impl Record {
+    /// Records that `replica` starts a reconcile of `cm`.
     pub fn start(self: &Arc<Self>, cm: &ConfigMap, replica: usize) -> Running {
+        self.start_object(cm, replica)
+    }
+
+    /// Records that `replica` starts a reconcile of `object` (of any kind).
+    pub fn start_object<K: ResourceExt>(self: &Arc<Self>, object: &K, replica: usize) -> Running {
         let mut runs = self.runs.lock().unwrap();
         runs.push(Run {
-            key: cm.name_any(),
-            version: cm.resource_version().unwrap_or_default().parse().unwrap(),
+            key: object.name_any(),
+            version: object
+                .resource_version()
+                .unwrap_or_default()
+                .parse()
+                .unwrap(),
             replica,
             start: Instant::now(),
             end: None,
