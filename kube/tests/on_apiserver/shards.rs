@@ -436,36 +436,43 @@ async fn a_replica_whose_lease_is_deleted_keeps_its_keys() {
 }
 
 /// A replica that is a `Manager` of two controllers over the namespace's
-/// ConfigMaps (one shared cache), one shard membership for both; each
-/// controller writes its own record.
+/// ConfigMaps (one shared cache), one shard membership for both, its
+/// cache split or not; each controller writes its own record. Also the
+/// first controller's store.
 fn manager_replica(
     client: kube_client::Client,
     ns: &TestNamespace,
     replica: usize,
     records: &[Arc<Record>; 2],
-) -> Replica {
-    let config = config(ns, replica);
+    split: bool,
+) -> (Replica, Store<ConfigMap>) {
+    let mut config = config(ns, replica);
+    if split {
+        config = config.split_cache(LabelRate::DEFAULT);
+    }
     let mut manager = Manager::new(client.clone());
     manager
         .shards(Shards::new(client.clone(), config))
         .expect("shards before controllers");
+    let mut stores = Vec::new();
     for (i, record) in records.iter().enumerate() {
-        let stream = manager
-            .controller(
-                Api::<ConfigMap>::namespaced(client.clone(), ns.name()),
-                watcher::Config::default(),
-            )
-            .run(reconcile, retry, Ctx::new(record, replica));
+        let controller = manager.controller(
+            Api::<ConfigMap>::namespaced(client.clone(), ns.name()),
+            watcher::Config::default(),
+        );
+        stores.push(controller.store());
+        let stream = controller.run(reconcile, retry, Ctx::new(record, replica));
         manager.add(&format!("controller-{i}"), stream).unwrap();
     }
     let (shutdown, graceful) = oneshot::channel::<()>();
     manager.shutdown_on(async move {
         let _ = graceful.await;
     });
-    Replica {
+    let replica = Replica {
         task: tokio::spawn(async move { manager.run().await.expect("the manager ran") }),
         shutdown: Some(shutdown),
-    }
+    };
+    (replica, stores.swap_remove(0))
 }
 
 /// Three managers of two controllers each, one membership per manager: one
@@ -481,7 +488,7 @@ async fn managers_share_one_membership_among_their_controllers() {
         let mut replicas = Vec::new();
         for i in 0..3 {
             let client = kube_test_cluster::client(ns.backend()).await;
-            replicas.push(manager_replica(client, &ns, i, &records));
+            replicas.push(manager_replica(client, &ns, i, &records, false).0);
         }
         wait_for_leases(&ns, 3).await;
         let changed = Instant::now();
@@ -635,6 +642,47 @@ async fn split_caches_hold_each_replicas_share_through_a_coordinator_crash() {
         let changes = change_all(&api, "after the crash").await;
         record.wait_reconciled(&changes, &live).await;
         record.check_no_overlap().unwrap();
+        drop(replicas);
+    })
+    .await;
+}
+
+/// Split caches in a `Manager` on both servers: three managers of two
+/// controllers on the namespace's ConfigMaps (one share, one labelled
+/// kind) hold exactly their shares; a manager that shuts down gracefully
+/// hands its objects to the others' caches; every change is reconciled by
+/// its owner alone, in both controllers.
+#[tokio::test]
+async fn split_managers_hold_each_replicas_share_through_a_shutdown() {
+    for_each_backend("shards-split-manager", |ns| async move {
+        let api = ns.api::<ConfigMap>();
+        create_all(&api).await;
+        let records = [Arc::new(Record::default()), Arc::new(Record::default())];
+        let mut replicas = Vec::new();
+        let mut stores = Vec::new();
+        for i in 0..3 {
+            let client = kube_test_cluster::client(ns.backend()).await;
+            let (replica, store) = manager_replica(client, &ns, i, &records, true);
+            replicas.push(replica);
+            stores.push(store);
+        }
+        wait_split(&ns, &stores, &[0, 1, 2]).await.unwrap();
+        let changed = Instant::now();
+        let changes = change_all(&api, "split").await;
+        for record in &records {
+            record.wait_reconciled(&changes, &[0, 1, 2]).await;
+            assert_owners(&ns, record, changed, &[0, 1, 2]);
+        }
+
+        replicas[2].shut_down(&ns, 2).await;
+        wait_split(&ns, &stores, &[0, 1]).await.unwrap();
+        let left = Instant::now();
+        let changes = change_all(&api, "after the shutdown").await;
+        for record in &records {
+            record.wait_reconciled(&changes, &[0, 1]).await;
+            assert_owners(&ns, record, left, &[0, 1]);
+            record.check_no_overlap().unwrap();
+        }
         drop(replicas);
     })
     .await;
