@@ -106,6 +106,27 @@ struct Mark {
     status: AtomicU8,
 }
 
+/// What a shard's mark shows, as its state keeps it (under the shard's
+/// lock, the only place the mark is written from).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Shown {
+    rank: u64,
+    /// The oldest ready key's time and number (with a starvation bound).
+    oldest: (u64, u32),
+    status: u8,
+}
+
+impl Default for Shown {
+    /// What a new mark shows: no key ready, none oldest, open.
+    fn default() -> Self {
+        Shown {
+            rank: EMPTY,
+            oldest: (u64::MAX, 0),
+            status: 0,
+        }
+    }
+}
+
 const CLOSED: u8 = 1;
 const DRAINED: u8 = 2;
 
@@ -134,30 +155,40 @@ impl Marks {
     }
 
     /// Publishes shard `i`'s next rank, oldest ready time (with a
-    /// starvation bound) and status, from `st` under its lock.
+    /// starvation bound) and status, from `st` under its lock; tells
+    /// whether the rank changed.
+    ///
     /// Unchanged values are not written: a write takes the line from every
-    /// core that reads it.
+    /// core that reads it. Nor are they read: only the holder of the
+    /// shard's lock writes its mark, so the state keeps what the mark shows
+    /// ([`Shown`]), and a producer adding behind the shard's next key
+    /// touches no line of the marks at all (the consumers write the rank
+    /// line on every hand-out, so reading it would miss).
     #[inline]
-    pub(crate) fn publish<K, O: Ordering<K>>(&self, i: usize, st: &mut State<K, O>) {
+    pub(crate) fn publish<K, O: Ordering<K>>(&self, i: usize, st: &mut State<K, O>) -> bool {
         let rank = st.head_rank();
-        let at = self.rank_of(i);
-        if at.load(Relaxed) != rank {
+        let changed = st.shown.rank != rank;
+        if changed {
+            st.shown.rank = rank;
             // SeqCst: ordered before the producer's look at the sleeping
             // consumers (see `Shared::release`).
-            at.store(rank, SeqCst);
+            self.rank_of(i).store(rank, SeqCst);
         }
         let m = &self.rest[i];
         if self.promote {
-            let (oldest, seq) = st.oldest_ready().unwrap_or((u64::MAX, 0));
-            if m.oldest.load(Relaxed) != oldest || m.oldest_seq.load(Relaxed) != seq {
-                m.oldest.store(oldest, SeqCst);
-                m.oldest_seq.store(seq, SeqCst);
+            let oldest = st.oldest_ready().unwrap_or((u64::MAX, 0));
+            if st.shown.oldest != oldest {
+                st.shown.oldest = oldest;
+                m.oldest.store(oldest.0, SeqCst);
+                m.oldest_seq.store(oldest.1, SeqCst);
             }
         }
         let status = (u8::from(st.is_closed()) * CLOSED) | (u8::from(st.is_drained()) * DRAINED);
-        if m.status.load(Relaxed) != status {
+        if st.shown.status != status {
+            st.shown.status = status;
             m.status.store(status, SeqCst);
         }
+        changed
     }
 
     /// Whether any shard has a key ready.
@@ -271,17 +302,21 @@ pub(crate) fn pick(marks: &Marks, promote: Option<(u64, u64)>) -> Option<Pick> {
             return Some(Pick::Oldest(i, at, seq));
         }
     }
-    // Starting from "all empty", one read that finds every shard empty
-    // agrees with it at once.
     let mut seen = [EMPTY; MAX_SHARDS];
     let seen = &mut seen[..marks.len()];
-    loop {
-        let (changed, best) = read(marks, seen);
-        if !changed {
-            return best.map(|(i, rank)| Pick::First(i, rank));
-        }
-        crate::sync::spin();
+    // The first read only fills `seen` (or, finding every shard empty,
+    // agrees with "all empty" at once); the second follows it without a
+    // pause, which costs tens to hundreds of cycles and is for marks that
+    // are changing, not for every hand-out.
+    let (mut changed, mut best) = read(marks, seen);
+    if changed {
+        (changed, best) = read(marks, seen);
     }
+    while changed {
+        crate::sync::spin();
+        (changed, best) = read(marks, seen);
+    }
+    best.map(|(i, rank)| Pick::First(i, rank))
 }
 
 /// Reads every mark's rank into `seen`: whether any differs from what

@@ -477,18 +477,24 @@ impl<K, O: Ordering<K>> Shared<K, O> {
     /// (if any is asleep), everyone at a close or drain, the timer task,
     /// metrics.
     pub(crate) fn release(&self, i: usize, mut st: MutexGuard<'_, State<K, O>>, mut fx: Effects) {
-        self.marks.publish(i, &mut st);
+        let shown = self.marks.publish(i, &mut st);
         drop(st);
         let mut wake = WakeList::default();
         if fx.wake_all {
             self.waiters().notify_all(&mut wake);
         } else if fx.wake > 0 {
             // Pairs with the fence of a consumer going to sleep (see
-            // `poll_take`). Also after a rank just stored with `SeqCst`,
-            // which on its own would order it before the load below: loom
-            // models `SeqCst` loads and stores as acquire and release only,
-            // and a fence is cheap beside the store.
-            fence(SeqCst);
+            // `poll_take`), when the shard's rank was just stored: either
+            // that consumer's look sees it, or this look sees the consumer.
+            // (Also after a `SeqCst` store, which on its own would order it
+            // before the load below: loom models `SeqCst` loads and stores
+            // as acquire and release only.) A rank that did not change
+            // showed a key already, put there by a store that was followed
+            // by its own fence and look: no consumer can have gone to sleep
+            // on seeing this shard empty since then.
+            if shown {
+                fence(SeqCst);
+            }
             if self.sleepers.load(SeqCst) > 0 {
                 self.waiters().notify(fx.wake, &mut wake);
             }

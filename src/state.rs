@@ -365,6 +365,9 @@ pub(crate) struct State<K, O: Ordering<K>> {
     /// The rank [`head_rank`](Self::head_rank) last found, while the key it
     /// names is still the next: `None` once that may have changed.
     head: Option<u64>,
+    /// What the queue's marks show of this state, which only its lock's
+    /// holder writes (see [`Marks::publish`](crate::shard::Marks::publish)).
+    pub(crate) shown: crate::shard::Shown,
 }
 
 impl<K, O: Ordering<K>> std::fmt::Debug for State<K, O> {
@@ -585,6 +588,7 @@ impl<K, O: Ordering<K>> State<K, O> {
             ranks: None,
             shard: 0,
             head: None,
+            shown: crate::shard::Shown::default(),
         }
     }
 

@@ -480,3 +480,36 @@ fn keys_in_two_shards_come_out_in_the_order_added() {
         assert_eq!(consumer.join().unwrap(), (a, b));
     });
 }
+
+/// Two consumers, two keys in one shard, added by a third thread: the
+/// second add does not change the shard's rank (the first key still goes
+/// first), so it stores nothing and skips the fence, and must still wake
+/// the second sleeping consumer. Each consumer gets one key; neither hangs.
+#[test]
+fn two_consumers_two_keys_in_one_shard() {
+    model(move || {
+        let q = queue();
+        let a = 1;
+        let b = (2..).find(|k| q.shard_of(k) == q.shard_of(&a)).unwrap();
+        let consumers: Vec<_> = (0..2)
+            .map(|_| {
+                let q = q.clone();
+                thread::spawn(move || {
+                    let item = loom::future::block_on(q.get()).unwrap();
+                    *item
+                })
+            })
+            .collect();
+        let producer = {
+            let q = q.clone();
+            thread::spawn(move || {
+                q.add(a).unwrap();
+                q.add(b).unwrap();
+            })
+        };
+        producer.join().unwrap();
+        let mut got: Vec<u32> = consumers.into_iter().map(|c| c.join().unwrap()).collect();
+        got.sort();
+        assert_eq!(got, [a, b]);
+    });
+}
