@@ -193,6 +193,12 @@ impl Counters {
     pub(crate) fn epoch(&self) -> Instant {
         self.epoch
     }
+
+    /// The next number of a key made ready (or raised), in any shard.
+    #[inline]
+    fn draw(&self) -> u32 {
+        self.numbers.ready.fetch_add(1, AtomicOrdering::Relaxed)
+    }
 }
 
 /// A slot's links in the age list of ready keys.
@@ -478,6 +484,14 @@ impl<K: Eq + Hash, O: Ordering<K>> State<K, O> {
             }
             Entry::Vacant(v) => v,
         };
+        // A new key ready now draws its number before the node and the
+        // index are written: the draw is a locked instruction, which waits
+        // for every store before it, and those are cache misses on a large
+        // queue.
+        let drawn = match when {
+            When::Now if self.ranks.is_some() => Some(self.counters.draw()),
+            _ => None,
+        };
         let node = Node {
             key: Some(key),
             place: Place::Leased,
@@ -497,7 +511,7 @@ impl<K: Eq + Hash, O: Ordering<K>> State<K, O> {
         self.layout = IndexLayout::new(slot_addr, bucket, self.index.num_buckets());
         match when {
             When::Now => {
-                self.make_ready(slot, priority, now);
+                self.make_ready_numbered(slot, priority, now, drawn);
                 fx.wake = 1;
                 fx.added = 1;
             }
@@ -700,6 +714,18 @@ impl<K, O: Ordering<K>> State<K, O> {
 
     /// A key joins the ready set at `now`: the ordering is told.
     fn make_ready(&mut self, slot: u32, priority: i32, now: Option<Instant>) {
+        self.make_ready_numbered(slot, priority, now, None);
+    }
+
+    /// [`make_ready`](Self::make_ready) with the key's number drawn already
+    /// (`drawn`), if it was.
+    fn make_ready_numbered(
+        &mut self,
+        slot: u32,
+        priority: i32,
+        now: Option<Instant>,
+        drawn: Option<u32>,
+    ) {
         let node = &mut self.nodes[slot as usize];
         node.priority = priority;
         node.place = Place::Ready(O::Entry::default());
@@ -717,7 +743,7 @@ impl<K, O: Ordering<K>> State<K, O> {
         {
             self.head = None;
         }
-        if let Some(seq) = self.draw_rank(slot)
+        if let Some(seq) = self.draw_rank(slot, drawn)
             && let Some(r) = &mut self.ranks
             && self.times.as_ref().is_some_and(|t| t.age_list)
         {
@@ -736,15 +762,11 @@ impl<K, O: Ordering<K>> State<K, O> {
     }
 
     /// Numbers the key at `slot`, just made ready (or raised), among every
-    /// shard's ready keys.
+    /// shard's ready keys: with `drawn` if its number was drawn already.
     #[inline]
-    fn draw_rank(&mut self, slot: u32) -> Option<u32> {
+    fn draw_rank(&mut self, slot: u32, drawn: Option<u32>) -> Option<u32> {
         self.ranks.as_ref()?;
-        let seq = self
-            .counters
-            .numbers
-            .ready
-            .fetch_add(1, AtomicOrdering::Relaxed);
+        let seq = drawn.unwrap_or_else(|| self.counters.draw());
         if let Place::Ready(entry) = &mut self.nodes[slot as usize].place
             && let Some(number) = O::number_mut(entry)
         {
@@ -776,7 +798,7 @@ impl<K, O: Ordering<K>> State<K, O> {
                     self.nodes[slot as usize].priority = priority;
                     // A raise goes to the back of its new level, in every
                     // shard's eyes too.
-                    _ = self.draw_rank(slot);
+                    _ = self.draw_rank(slot, None);
                     self.head = None;
                 }
                 self.order.touch(
