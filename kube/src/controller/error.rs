@@ -93,6 +93,13 @@ pub enum ControllerError {
     /// its watcher is given, so it cannot be narrowed to this replica's
     /// share. Reported as the stream's only item.
     SplitCacheWithoutWatcher,
+    /// A controller made by a [`Manager`](crate::Manager) whose shards
+    /// split the cache was given
+    /// [`leader_election`](super::Controller::leader_election) or
+    /// [`shards`](super::Controller::shards) of its own: its main cache is
+    /// the manager's share of this replica, so it must follow the
+    /// manager's membership. Reported as the stream's only item.
+    OwnReplicationInSplitManager,
 }
 
 impl fmt::Display for ControllerError {
@@ -121,6 +128,9 @@ impl fmt::Display for ControllerError {
             }
             ControllerError::SplitCacheWithoutWatcher => f.write_str(
                 "a split cache narrows the controller's own watcher: make the controller with Controller::new",
+            ),
+            ControllerError::OwnReplicationInSplitManager => f.write_str(
+                "a controller of a manager whose shards split the cache holds only the manager's share: it follows the manager's membership, not an election or shards of its own",
             ),
         }
     }

@@ -991,7 +991,11 @@ where
         );
         let runner = runner.gated(self.gates);
         let shared = self.manager.as_ref().and_then(|m| m.replication());
+        let own = self.leader.is_some() || self.shards.is_some();
         let replication = coordinator.and_then(|coordinator| {
+            if own && self.manager.as_ref().is_some_and(|m| m.splits_cache()) {
+                return Err(ControllerError::OwnReplicationInSplitManager);
+            }
             let mut replication =
                 Replication::new(self.leader, self.shards, shared, self.dyntype.clone())?;
             if let Some(coordinator) = coordinator {

@@ -340,6 +340,15 @@ impl Shared {
         self.client.clone()
     }
 
+    /// Whether the manager's shard membership splits the cache: its
+    /// controllers' main caches are this replica's share.
+    pub(crate) fn splits_cache(&self) -> bool {
+        self.shards
+            .lock()
+            .as_ref()
+            .is_some_and(|m| m.config().splits_cache().is_some())
+    }
+
     /// The manager's election or shard membership as a controller
     /// follows it, if it has one.
     pub(crate) fn replication(&self) -> Option<ManagerReplication> {
@@ -463,7 +472,10 @@ impl Manager {
     /// group's coordinator, which labels the objects of every controller's
     /// main kind and selection (see "Split caches" in [`crate::shard`]). The
     /// caches of `owns` and `watches`, and [`store`](Self::store)s, stay
-    /// whole. The replica acknowledges a new membership on its Lease
+    /// whole; a controller of a split manager given an election or shards
+    /// of its own reports
+    /// [`ControllerError::OwnReplicationInSplitManager`](crate::ControllerError::OwnReplicationInSplitManager)
+    /// (its cache is the manager's share). The replica acknowledges a new membership on its Lease
     /// only once **every** controller has nothing in flight that it loses
     /// in it, so a key gained elsewhere starts only after each controller
     /// here let go of it. A replica that cannot renew by its renew deadline

@@ -373,3 +373,70 @@ async fn a_split_manager_holds_each_replicas_share_of_every_controllers_kind_thr
         "the Lease was released"
     );
 }
+
+/// A controller of a split manager holds only the manager's share: given
+/// shards or an election of its own, it reports that as its only item and
+/// ends (a controller that took them would wait for the manager, which
+/// never runs here: the timeouts fail the test then).
+#[tokio::test]
+async fn a_split_managers_controller_refuses_a_replication_of_its_own() {
+    use futures::StreamExt;
+    use tokio_workqueue_kube::leader::{LeaderElection, LeaseConfig};
+    use tokio_workqueue_kube::{ControllerError, Error};
+
+    let server = LocalApiServer::start().await;
+    let client = server.client();
+    let ctx = || {
+        Arc::new(Ctx {
+            record: Arc::default(),
+            replica: 0,
+        })
+    };
+    let mut manager = Manager::new(client.clone());
+    manager
+        .shards(Shards::new(client.clone(), config(0)))
+        .unwrap();
+    let own_shards = manager
+        .controller_for::<ConfigMap>(watcher::Config::default())
+        .shards(Shards::new(
+            client.clone(),
+            ShardConfig::new("other", "default", identity(0)),
+        ));
+    let own_election = manager
+        .controller_for::<Secret>(watcher::Config::default())
+        .leader_election(LeaderElection::new(
+            client.clone(),
+            LeaseConfig::new("own", "default", identity(0)),
+        ));
+    /// Whether the stream's only item was the refusal.
+    fn only_refusal<T, E: std::fmt::Display>(
+        results: Vec<Result<T, Error<E, ControllerError>>>,
+    ) -> bool {
+        results.len() == 1
+            && matches!(
+                &results[0],
+                Err(Error::QueueError(
+                    ControllerError::OwnReplicationInSplitManager
+                ))
+            )
+    }
+    let own_shards = tokio::time::timeout(
+        LIMIT,
+        own_shards.run(reconcile, policy, ctx()).collect::<Vec<_>>(),
+    )
+    .await
+    .expect("the stream ended");
+    assert!(only_refusal(own_shards), "shards of its own were taken");
+    let own_election = tokio::time::timeout(
+        LIMIT,
+        own_election
+            .run(reconcile, policy, ctx())
+            .collect::<Vec<_>>(),
+    )
+    .await
+    .expect("the stream ended");
+    assert!(
+        only_refusal(own_election),
+        "an election of its own was taken"
+    );
+}
