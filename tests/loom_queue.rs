@@ -120,8 +120,18 @@ fn two_consumers_two_keys_with_each_ordering() {
 }
 
 fn two_consumers<O: Ordering<u32>>(queue: fn() -> WorkQueue<u32, O>) {
+    two_consumers_of(queue, |_| (1, 2));
+}
+
+/// Two consumers get one each of the two keys `keys` picks for the queue,
+/// added by a third thread.
+fn two_consumers_of<O: Ordering<u32>>(
+    queue: fn() -> WorkQueue<u32, O>,
+    keys: fn(&WorkQueue<u32, O>) -> (u32, u32),
+) {
     model(move || {
         let q = queue();
+        let (a, b) = keys(&q);
         let consumers: Vec<_> = (0..2)
             .map(|_| {
                 let q = q.clone();
@@ -134,14 +144,14 @@ fn two_consumers<O: Ordering<u32>>(queue: fn() -> WorkQueue<u32, O>) {
         let producer = {
             let q = q.clone();
             thread::spawn(move || {
-                q.add(1).unwrap();
-                q.add(2).unwrap();
+                q.add(a).unwrap();
+                q.add(b).unwrap();
             })
         };
         producer.join().unwrap();
         let mut got: Vec<u32> = consumers.into_iter().map(|c| c.join().unwrap()).collect();
         got.sort();
-        assert_eq!(got, [1, 2]);
+        assert_eq!(got, [a, b]);
     });
 }
 
@@ -487,29 +497,8 @@ fn keys_in_two_shards_come_out_in_the_order_added() {
 /// the second sleeping consumer. Each consumer gets one key; neither hangs.
 #[test]
 fn two_consumers_two_keys_in_one_shard() {
-    model(move || {
-        let q = queue();
-        let a = 1;
-        let b = (2..).find(|k| q.shard_of(k) == q.shard_of(&a)).unwrap();
-        let consumers: Vec<_> = (0..2)
-            .map(|_| {
-                let q = q.clone();
-                thread::spawn(move || {
-                    let item = loom::future::block_on(q.get()).unwrap();
-                    *item
-                })
-            })
-            .collect();
-        let producer = {
-            let q = q.clone();
-            thread::spawn(move || {
-                q.add(a).unwrap();
-                q.add(b).unwrap();
-            })
-        };
-        producer.join().unwrap();
-        let mut got: Vec<u32> = consumers.into_iter().map(|c| c.join().unwrap()).collect();
-        got.sort();
-        assert_eq!(got, [a, b]);
+    two_consumers_of(queue, |q| {
+        let b = (2..).find(|k| q.shard_of(k) == q.shard_of(&1)).unwrap();
+        (1, b)
     });
 }

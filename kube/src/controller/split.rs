@@ -46,7 +46,7 @@ where
             stream::once(async move {
                 match own.get() {
                     None => Either::Left(watcher(api, wc)),
-                    Some(own) => Either::Right(share_watch(api, wc, own)),
+                    Some(own) => Either::Right(share_watch(api, share_config(&wc, own))),
                 }
             })
             .flatten()
@@ -55,18 +55,23 @@ where
     }
 }
 
-/// The watch of this replica's share of what `api` and `wc` select, its
-/// label selector narrowed with `own` (the [`selector`] of its member): a
-/// split cache, a controller's own or a manager's.
+/// `wc` narrowed to this replica's share: its label selector with `own`
+/// (the [`selector`] of its member) added.
+pub(crate) fn share_config(wc: &watcher::Config, own: &str) -> watcher::Config {
+    let mut wc = wc.clone();
+    wc.label_selector = Some(crate::shard::narrow(wc.label_selector.as_deref(), own));
+    wc
+}
+
+/// The watch of a split cache (a controller's own or a manager's) with
+/// `wc`, a [`share_config`].
 pub(crate) fn share_watch<K>(
     api: Api<K>,
-    mut wc: watcher::Config,
-    own: &str,
-) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static + use<K>
+    wc: watcher::Config,
+) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
-    wc.label_selector = Some(crate::shard::narrow(wc.label_selector.as_deref(), own));
     // A split cache does not keep the record of the label writes (see
     // `shard::LABEL_MANAGER`).
     watcher(api, wc).map(|event| event.map(|e| e.modify(crate::shard::forget_label_manager)))

@@ -121,9 +121,9 @@ use self::source::{Source, SourceId, Sources};
 use crate::Controller;
 use crate::controller::leadership::Leadership;
 use crate::controller::replication::Shared as ManagerReplication;
-use crate::controller::split::share_watch;
+use crate::controller::split::{share_config, share_watch};
 use crate::leader::{LeaderElection, LeaderState, LeaseConfigError};
-use crate::shard::{Kind, Shards, SharedMembership, narrow, selector};
+use crate::shard::{Kind, Shards, SharedMembership, selector};
 
 /// Why the manager refused a call or could not run.
 #[derive(Debug)]
@@ -236,10 +236,6 @@ pub(crate) struct Shared {
     shards: Mutex<Option<Arc<SharedMembership>>>,
     /// Controllers made so far (an election must come before them).
     made: std::sync::atomic::AtomicUsize,
-    /// With a split cache: the sources whose objects this replica labels
-    /// as the group's coordinator (each once, however many controllers
-    /// share it).
-    labelled: Mutex<std::collections::HashSet<SourceId>>,
 }
 
 impl Shared {
@@ -285,20 +281,16 @@ impl Shared {
         K: Resource + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static,
         K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
     {
-        let membership = self.shards.lock().clone();
-        let Some(membership) = membership.filter(|m| m.config().splits_cache().is_some()) else {
+        let Some(membership) = self.split_membership() else {
             return self.object_source(api, wc, dyntype);
         };
-        let whole = SourceId::new::<K>(api.resource_url(), &wc);
-        if self.labelled.lock().insert(whole) {
-            membership.label(Kind::new(api.clone(), wc.clone(), dyntype.clone()));
-        }
-        let own = selector(membership.config());
-        let mut narrowed = wc.clone();
-        narrowed.label_selector = Some(narrow(wc.label_selector.as_deref(), &own));
-        let id = SourceId::new::<K>(api.resource_url(), &narrowed);
+        let share = share_config(&wc, &selector(membership.config()));
+        let id = SourceId::new::<K>(api.resource_url(), &share);
+        // Made once per source, however many controllers share it: so is
+        // its kind's place among the coordinator's.
         self.source(id, move || {
-            Source::new(paced(share_watch(api, wc, &own)), dyntype)
+            membership.label(Kind::new(api.clone(), wc, dyntype.clone()));
+            Source::new(paced(share_watch(api, share)), dyntype)
         })
     }
 
@@ -340,13 +332,20 @@ impl Shared {
         self.client.clone()
     }
 
-    /// Whether the manager's shard membership splits the cache: its
+    /// The manager's shard membership if it splits the cache: its
     /// controllers' main caches are this replica's share.
+    fn split_membership(&self) -> Option<Arc<SharedMembership>> {
+        let membership = self.shards.lock().clone()?;
+        membership
+            .config()
+            .splits_cache()
+            .is_some()
+            .then_some(membership)
+    }
+
+    /// Whether the manager's shard membership splits the cache.
     pub(crate) fn splits_cache(&self) -> bool {
-        self.shards
-            .lock()
-            .as_ref()
-            .is_some_and(|m| m.config().splits_cache().is_some())
+        self.split_membership().is_some()
     }
 
     /// The manager's election or shard membership as a controller
@@ -399,7 +398,6 @@ impl Manager {
                 leader: Mutex::new(None),
                 shards: Mutex::new(None),
                 made: std::sync::atomic::AtomicUsize::new(0),
-                labelled: Mutex::new(Default::default()),
             }),
             added: Vec::new(),
             listener: None,

@@ -15,12 +15,11 @@ use kube_local_apiserver::LocalApiServer;
 use kube_runtime::reflector::Store;
 use kube_runtime::watcher;
 use serde::de::DeserializeOwned;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep};
 use tokio_workqueue_kube::shard::{LabelRate, ShardConfig, Shards, label_key};
-use tokio_workqueue_kube::{Action, Manager, ManagerError};
+use tokio_workqueue_kube::{Action, Manager};
 
+use crate::manager_common::Running;
 use crate::replica_common::{
     LEASE, RENEW, RETRY, Record, TestError, lease_holder, shard_identity as identity,
     shard_owner as owner_of,
@@ -82,8 +81,8 @@ fn policy<K>(_: Arc<K>, _: &TestError, _: Arc<Ctx>) -> Action {
 /// A replica: a manager with a ConfigMap and a Secret controller (records
 /// `records[0]` and `[1]`), one split membership for both.
 struct Replica {
-    task: JoinHandle<Result<(), ManagerError>>,
-    stop: Option<oneshot::Sender<()>>,
+    /// Until stopped.
+    running: Option<Running>,
     configmaps: Store<ConfigMap>,
     secrets: Store<Secret>,
     /// A manager store of every ConfigMap: it stays whole.
@@ -115,13 +114,8 @@ impl Replica {
             .unwrap()
             .add("secrets", secrets)
             .unwrap();
-        let (stop, stopped) = oneshot::channel::<()>();
-        manager.shutdown_on(async move {
-            let _ = stopped.await;
-        });
         Replica {
-            task: tokio::spawn(manager.run()),
-            stop: Some(stop),
+            running: Some(Running::start(manager)),
             configmaps: configmaps_store,
             secrets: secrets_store,
             whole,
@@ -130,19 +124,16 @@ impl Replica {
     }
 
     async fn stop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
+        if let Some(running) = self.running.take() {
+            running.stop(LIMIT).await;
         }
-        tokio::time::timeout(LIMIT, &mut self.task)
-            .await
-            .expect("the manager stopped")
-            .unwrap()
-            .unwrap();
     }
 
     /// As a crash: nothing is released.
     fn crash(&self) {
-        self.task.abort();
+        if let Some(running) = &self.running {
+            running.task.abort();
+        }
     }
 
     /// The names each controller's store holds, by kind.
@@ -161,7 +152,7 @@ impl Replica {
 
 impl Drop for Replica {
     fn drop(&mut self) {
-        self.task.abort();
+        self.crash();
     }
 }
 
