@@ -30,10 +30,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures_util::StreamExt;
-use futures_util::stream::BoxStream;
 use kube_client::api::{Patch, PatchParams};
-use kube_client::core::PartialObjectMeta;
-use kube_client::{Api, Client, Resource, ResourceExt};
+use kube_client::{Api, Client, Resource};
 
 use kube_runtime::WatchStreamExt;
 use kube_runtime::watcher::{self, Event};
@@ -48,6 +46,7 @@ use super::ShardConfig;
 use super::labels::{LABEL_MANAGER, label_key, relabel};
 use super::protocol::View;
 use super::ring::Members;
+use super::seen_watch::{SeenEvents, seen_events};
 use crate::leader::LeaderElection;
 use crate::lease::WallClock;
 
@@ -111,16 +110,6 @@ fn parts(key: &str) -> (Option<&str>, &str) {
     }
 }
 
-/// An object as the metadata watch shows it to the coordinator: its key,
-/// and the value of its shard label.
-struct Seen {
-    key: ObjectKey,
-    label: Option<String>,
-}
-
-/// A kind's metadata watch, as [`Seen`] objects.
-type SeenEvents = BoxStream<'static, Result<Event<Seen>, watcher::Error>>;
-
 /// The path of a kind's objects in a namespace (`None`: cluster-scoped).
 type UrlOf = Box<dyn Fn(Option<&str>) -> String + Send + Sync>;
 
@@ -145,36 +134,12 @@ impl Kind {
         Kind {
             url: Box::new(move |ns| K::url_path(&dyntype, ns)),
             watch: Box::new(move |label_key| {
-                let label_key = label_key.to_owned();
-                #[allow(deprecated)]
-                let events = watcher::metadata_watcher(api.clone(), wc.clone());
-                events
+                let (client, url) = (api.clone().into_client(), api.resource_url());
+                seen_events(client, url, wc.clone(), label_key.to_owned())
                     .default_backoff()
-                    .map(move |event| event.map(|e| seen(e, &label_key)))
                     .boxed()
             }),
         }
-    }
-}
-
-/// `event`'s object as the coordinator keeps it: the metadata is decoded
-/// once, and only the key and the label are kept of it.
-fn seen<K: Resource>(event: Event<PartialObjectMeta<K>>, label_key: &str) -> Event<Seen> {
-    let seen = |meta: PartialObjectMeta<K>| {
-        let name = meta.name_any();
-        let key: ObjectKey = match meta.namespace() {
-            Some(ns) => format!("{ns}/{name}").into(),
-            None => name.into(),
-        };
-        let label = meta.metadata.labels.and_then(|mut l| l.remove(label_key));
-        Seen { key, label }
-    };
-    match event {
-        Event::Apply(meta) => Event::Apply(seen(meta)),
-        Event::Delete(meta) => Event::Delete(seen(meta)),
-        Event::Init => Event::Init,
-        Event::InitApply(meta) => Event::InitApply(seen(meta)),
-        Event::InitDone => Event::InitDone,
     }
 }
 

@@ -240,6 +240,7 @@ mod metrics;
 #[doc(hidden)]
 pub mod protocol;
 mod ring;
+mod seen_watch;
 
 pub use config::{LabelRate, ShardConfig};
 pub(crate) use coordinator::{Coordinating, Coordinator, Kind};
