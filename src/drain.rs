@@ -17,7 +17,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::ordering::{Ordering, Priorities};
+use crate::shared::Shared;
 use crate::state::MAX_DELAY;
+use crate::sync::Arc;
 use crate::{WorkItem, WorkQueue};
 
 /// A shutdown that drains the queue, configured before it is awaited:
@@ -194,7 +196,7 @@ fn shut_down<K: Key, O: Ordering<K>>(
     keep_until: Option<Instant>,
 ) -> Vec<K> {
     let mut dropped = Vec::new();
-    let shared = &queue.shared;
+    let shared: &Arc<Shared<K, O>> = &queue.shared;
     // Kept delays need a timer task: the one that timed them may have gone
     // with its runtime. Without a timer to be had here they could never
     // fire, so they are dropped and reported instead.

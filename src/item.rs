@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use crate::error::AddError;
 use crate::ordering::{Ordering, Priorities};
-use crate::shared::{Shared, refused};
+use crate::shared::{Holder, Shared, refused};
 use crate::state::{MAX_DELAY, When};
 use crate::sync::Arc;
 
@@ -45,7 +45,7 @@ use crate::sync::Arc;
 /// # }
 /// ```
 pub struct WorkItem<K, O: Ordering<K> = Priorities> {
-    shared: Arc<Shared<K, O>>,
+    shared: Arc<Holder<K, O>>,
     key: K,
     /// The shard the key is in.
     shard: u32,
@@ -60,7 +60,7 @@ pub struct WorkItem<K, O: Ordering<K> = Priorities> {
 
 impl<K: Key, O: Ordering<K>> WorkItem<K, O> {
     pub(crate) fn new(
-        shared: Arc<Shared<K, O>>,
+        shared: Arc<Holder<K, O>>,
         key: K,
         shard: u32,
         slot: u32,
@@ -195,7 +195,7 @@ impl<K, O: Ordering<K>> WorkItem<K, O> {
         if std::mem::replace(&mut self.ended, true) {
             return Ok(());
         }
-        let shared = &self.shared;
+        let shared: &Arc<Shared<K, O>> = &self.shared;
         let now = self.started.map(|_| Instant::now());
         let mut readd = readd.map(|w| (self.priority, w));
         let mut outcome = Ok(());

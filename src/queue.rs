@@ -21,7 +21,7 @@ use crate::metrics::{MetricsHook, Probe, Snapshot, Source};
 use crate::options::{AddOpts, Lane};
 use crate::ordering::{Ordering, Priorities};
 use crate::shard::MAX_SHARDS;
-use crate::shared::{Shared, Wait};
+use crate::shared::{Holder, Shared, Wait};
 use crate::state::State;
 use crate::sync::Arc;
 use crate::throttle::Throttle;
@@ -64,7 +64,7 @@ use crate::{Builder, timer};
 /// # }
 /// ```
 pub struct WorkQueue<K, O: Ordering<K> = Priorities> {
-    pub(crate) shared: Arc<Shared<K, O>>,
+    pub(crate) shared: Arc<Holder<K, O>>,
     /// The wait this handle is in when polled as a stream.
     wait: Wait,
 }
@@ -121,7 +121,7 @@ impl<K: Key, O: Ordering<K>> WorkQueue<K, O> {
             m.bind(&shared.name, Probe { source });
         }
         WorkQueue {
-            shared,
+            shared: Holder::new(shared),
             wait: Wait::default(),
         }
     }
@@ -307,8 +307,9 @@ impl<K: Key> Default for WorkQueue<K> {
 
 impl<K, O: Ordering<K>> Clone for WorkQueue<K, O> {
     fn clone(&self) -> Self {
+        // A holder of its own: its leases count on it (see `Holder`).
         WorkQueue {
-            shared: self.shared.clone(),
+            shared: Holder::new(Arc::clone(&**self.shared)),
             wait: Wait::default(),
         }
     }
@@ -343,7 +344,7 @@ impl<K, O: Ordering<K>> Drop for WorkQueue<K, O> {
 
 /// The future of [`WorkQueue::get`]: a [`Wait`] and the queue it waits on.
 struct Get<'a, K, O: Ordering<K>> {
-    shared: &'a Arc<Shared<K, O>>,
+    shared: &'a Arc<Holder<K, O>>,
     wait: Wait,
 }
 
