@@ -50,6 +50,10 @@
 //! own process's, not the replicas', and the coordinator "killed" in C5
 //! is heaptrack's script (the replica runs on, still the coordinator,
 //! until the benchmark ends and its standard input closes).
+//! `BENCH_CONTROLLER_RUNTIME=current-thread` in the environment runs both
+//! Rust controllers on tokio's current-thread runtime instead of the
+//! multi-thread one `#[tokio::main]` gives (the default, and what the
+//! verdicts are for): fewer thread wake-ups per event, one core at most.
 //!
 //! ```text
 //! cargo bench -p tokio-workqueue-kube --bench controllers                      # full run

@@ -172,8 +172,18 @@ fn announce_sync(store: Store<ConfigMap>) {
     });
 }
 
-#[tokio::main]
-async fn main() {
+fn main() {
+    // The runtime: tokio's multi-thread one (what `#[tokio::main]` gives),
+    // or with BENCH_CONTROLLER_RUNTIME=current-thread one thread.
+    let mut runtime = match std::env::var("BENCH_CONTROLLER_RUNTIME").as_deref() {
+        Ok("current-thread") => tokio::runtime::Builder::new_current_thread(),
+        _ => tokio::runtime::Builder::new_multi_thread(),
+    };
+    let runtime = runtime.enable_all().build().expect("a tokio runtime");
+    runtime.block_on(run());
+}
+
+async fn run() {
     let args = args();
     let kubeconfig = Kubeconfig::read_from(&args.kubeconfig).expect("read the kubeconfig");
     let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
