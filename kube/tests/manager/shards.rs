@@ -12,8 +12,6 @@ use kube_client::api::{Patch, PatchParams};
 use kube_client::{Api, ResourceExt};
 use kube_local_apiserver::{Fault, LocalApiServer, Verb};
 use kube_runtime::watcher;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep};
 use tokio_workqueue_kube::leader::{LeaderElection, LeaseConfig};
 use tokio_workqueue_kube::shard::{ShardConfig, Shards};
@@ -65,65 +63,34 @@ fn policy(_: Arc<ConfigMap>, _: &TestError, _: Arc<Ctx>) -> Action {
 /// A replica: a manager with two controllers on the ConfigMaps (all
 /// namespaces, and `default` only: two caches), one membership for both.
 /// `records[i]` is controller `i`'s; the second is the slow one.
-struct Replica {
-    task: JoinHandle<Result<(), ManagerError>>,
-    stop: Option<oneshot::Sender<()>>,
-}
-
-impl Replica {
-    fn start(server: &LocalApiServer, replica: usize, records: &[Arc<Record>; 2]) -> Self {
-        let client = server.client();
-        let mut manager = Manager::new(client.clone());
-        manager
-            .shards(Shards::new(client.clone(), config(replica)))
-            .unwrap();
-        let ctx = |i: usize| {
-            Arc::new(Ctx {
-                record: records[i].clone(),
-                replica,
-                slow: i == 1,
-            })
-        };
-        let all = manager
-            .controller_for::<ConfigMap>(watcher::Config::default())
-            .run(reconcile, policy, ctx(0));
-        let default = manager
-            .controller(
-                Api::<ConfigMap>::namespaced(client, "default"),
-                watcher::Config::default(),
-            )
-            .run(reconcile, policy, ctx(1));
-        manager
-            .add("all", all)
-            .unwrap()
-            .add("default", default)
-            .unwrap();
-        let (stop, stopped) = oneshot::channel::<()>();
-        manager.shutdown_on(async move {
-            let _ = stopped.await;
-        });
-        Replica {
-            task: tokio::spawn(manager.run()),
-            stop: Some(stop),
-        }
-    }
-
-    async fn stop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        tokio::time::timeout(LIMIT, &mut self.task)
-            .await
-            .expect("the manager stopped")
-            .unwrap()
-            .unwrap();
-    }
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+fn replica(server: &LocalApiServer, replica: usize, records: &[Arc<Record>; 2]) -> Running {
+    let client = server.client();
+    let mut manager = Manager::new(client.clone());
+    manager
+        .shards(Shards::new(client.clone(), config(replica)))
+        .unwrap();
+    let ctx = |i: usize| {
+        Arc::new(Ctx {
+            record: records[i].clone(),
+            replica,
+            slow: i == 1,
+        })
+    };
+    let all = manager
+        .controller_for::<ConfigMap>(watcher::Config::default())
+        .run(reconcile, policy, ctx(0));
+    let default = manager
+        .controller(
+            Api::<ConfigMap>::namespaced(client, "default"),
+            watcher::Config::default(),
+        )
+        .run(reconcile, policy, ctx(1));
+    manager
+        .add("all", all)
+        .unwrap()
+        .add("default", default)
+        .unwrap();
+    Running::start(manager)
 }
 
 /// Waits until some run of `record` matches, up to `LIMIT`.
@@ -143,9 +110,7 @@ async fn one_membership_for_every_controller_and_a_hand_over_waits_for_each_of_t
     let server = server_with_configmaps(KEYS).await;
     let client = server.client();
     let records = [Arc::new(Record::default()), Arc::new(Record::default())];
-    let mut replicas: Vec<Replica> = (0..2)
-        .map(|i| Replica::start(&server, i, &records))
-        .collect();
+    let mut replicas: Vec<Running> = (0..2).map(|i| replica(&server, i, &records)).collect();
     // One Lease per replica, not per controller. (Replica 0 may have
     // reconciled every key alone before replica 1 joined.) Once both
     // acknowledge both, a change to every key is reconciled by its owner
@@ -210,7 +175,7 @@ async fn one_membership_for_every_controller_and_a_hand_over_waits_for_each_of_t
         r.key == moving && r.replica == from && r.version >= slowed && r.finished
     })
     .await;
-    replicas.push(Replica::start(&server, 2, &records));
+    replicas.push(replica(&server, 2, &records));
 
     // The new owner starts the key in each controller only once the slow
     // controller on the old owner let go of it (it ran out or was
@@ -244,7 +209,7 @@ async fn one_membership_for_every_controller_and_a_hand_over_waits_for_each_of_t
 
     // A replica that shuts down drains both controllers, then releases its
     // one Lease.
-    replicas[2].stop().await;
+    replicas.remove(2).stop(LIMIT).await;
     assert_eq!(
         lease_holder(client.clone(), &format!("{GROUP}-{}", identity(2))).await,
         None
