@@ -78,3 +78,31 @@ async fn for_each_concurrent_processes_every_key_and_re_adds_exactly_once_more()
     assert_eq!(runs.len(), 200);
     assert!(runs.values().all(|&n| n == 2), "{runs:?}");
 }
+
+/// A lease outlives the handle that handed it out (its count is that
+/// handle's, not the queue's): the key stays leased while it lives, its
+/// requeue reaches the other handles, and once every handle is gone
+/// its end still finishes it.
+#[tokio::test]
+async fn a_lease_outlives_the_handle_that_handed_it_out() {
+    let q: WorkQueue<&str> = WorkQueue::new();
+    let giver = q.clone();
+    q.add("k").unwrap();
+    let item = giver.get().await.unwrap();
+    drop(giver);
+    assert_eq!(q.snapshot().in_flight, 1);
+    q.add("k").unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(10), q.get())
+            .await
+            .is_err(),
+        "still leased after its handle went"
+    );
+    item.requeue().unwrap();
+    let again = q.get().await.unwrap();
+    assert_eq!(*again, "k");
+    // The last handle goes while a lease lives: the queue lives on in the
+    // lease, whose requeue is taken.
+    drop(q);
+    assert_eq!(again.requeue(), Ok(()));
+}
