@@ -132,8 +132,9 @@ impl<K: Key, O: Ordering<K>> Holder<K, O> {
     /// Takes a ready key now, if there is one, waiting for a shard's lock
     /// if need be (for a drain that hands back what is left).
     pub(crate) fn take_ready(self: &Arc<Self>) -> Option<WorkItem<K, O>> {
-        let now = self.track.then(Instant::now);
-        match self.pop(now, true) {
+        let queue: &Shared<K, O> = self;
+        let now = queue.track.then(Instant::now);
+        match queue.pop(now, true) {
             Taken::Key(i, popped) => Some(self.item(i, popped, now)),
             Taken::Empty | Taken::Busy => None,
         }
@@ -146,7 +147,8 @@ impl<K: Key, O: Ordering<K>> Holder<K, O> {
         popped: Popped<K>,
         now: Option<Instant>,
     ) -> WorkItem<K, O> {
-        if let (Some(m), Some(now), Some(ready_at)) = (&self.metrics, now, popped.ready_at) {
+        let queue: &Shared<K, O> = self;
+        if let (Some(m), Some(now), Some(ready_at)) = (&queue.metrics, now, popped.ready_at) {
             m.handed_out(now.saturating_duration_since(ready_at));
         }
         WorkItem::new(
@@ -170,6 +172,8 @@ impl<K: Key, O: Ordering<K>> Holder<K, O> {
         cx: &mut Context<'_>,
         wait: &mut Wait,
     ) -> Poll<Option<WorkItem<K, O>>> {
+        // The queue behind the holder, reached once.
+        let queue: &Shared<K, O> = self;
         // A consumer that finds nothing looks once more before it
         // registers: that gives a producer on another thread a moment to
         // add, which is much cheaper than a wake-up through the scheduler.
@@ -180,9 +184,9 @@ impl<K: Key, O: Ordering<K>> Holder<K, O> {
                 wait.throttled = None;
             }
             if let Some(id) = wait.waiter {
-                let mut waiters = self.waiters();
+                let mut waiters = queue.waiters();
                 match waiters.poll(id, cx.waker()) {
-                    Found::Waiting if !self.any_ready() && !self.is_closed() => {
+                    Found::Waiting if !queue.any_ready() && !queue.is_closed() => {
                         return Poll::Pending;
                     }
                     // Keys are ready, though not for this one: it takes one.
@@ -192,9 +196,9 @@ impl<K: Key, O: Ordering<K>> Holder<K, O> {
                 drop(waiters);
                 wait.waiter = None;
             }
-            if let Some(throttle) = &self.throttle
+            if let Some(throttle) = &queue.throttle
                 && !wait.permit
-                && self.any_ready()
+                && queue.any_ready()
             {
                 match throttle.try_acquire() {
                     // Kept until a key is taken with it: a hand-out that
@@ -207,8 +211,8 @@ impl<K: Key, O: Ordering<K>> Holder<K, O> {
                     }
                 }
             }
-            let now = self.track.then(Instant::now);
-            match self.pop(now, false) {
+            let now = queue.track.then(Instant::now);
+            match queue.pop(now, false) {
                 Taken::Key(i, popped) => {
                     wait.permit = false;
                     return Poll::Ready(Some(self.item(i, popped, now)));
@@ -219,18 +223,18 @@ impl<K: Key, O: Ordering<K>> Holder<K, O> {
                 }
                 Taken::Empty => {}
             }
-            if self.is_closed() {
+            if queue.is_closed() {
                 return Poll::Ready(None);
             }
             if std::mem::take(&mut second_look) {
                 continue;
             }
-            wait.waiter = Some(self.waiters().register(cx.waker()));
+            wait.waiter = Some(queue.waiters().register(cx.waker()));
             // Pairs with the fence in `release`: either this look sees the
             // key a producer just made ready, or the producer sees this
             // consumer registered and wakes it.
             fence(SeqCst);
-            if !self.any_ready() && !self.is_closed() {
+            if !queue.any_ready() && !queue.is_closed() {
                 return Poll::Pending;
             }
             // Something came: the next round unregisters and takes it.

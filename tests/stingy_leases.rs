@@ -8,6 +8,13 @@ use std::time::Duration;
 use futures::StreamExt;
 use tokio_workqueue::WorkQueue;
 
+/// Whether a `get` on `q` stays pending for 10 ms.
+async fn nothing_handed_out<K: tokio_workqueue::Key>(q: &WorkQueue<K>) -> bool {
+    tokio::time::timeout(Duration::from_millis(10), q.get())
+        .await
+        .is_err()
+}
+
 #[tokio::test]
 async fn a_leased_key_is_not_handed_out_again_until_its_lease_ends() {
     let q = WorkQueue::new();
@@ -16,9 +23,7 @@ async fn a_leased_key_is_not_handed_out_again_until_its_lease_ends() {
     q.add("k").unwrap();
     q.add("k").unwrap();
     assert!(
-        tokio::time::timeout(Duration::from_millis(10), q.get())
-            .await
-            .is_err(),
+        nothing_handed_out(&q).await,
         "a second consumer must not get the leased key"
     );
     drop(first);
@@ -93,9 +98,7 @@ async fn a_lease_outlives_the_handle_that_handed_it_out() {
     assert_eq!(q.snapshot().in_flight, 1);
     q.add("k").unwrap();
     assert!(
-        tokio::time::timeout(Duration::from_millis(10), q.get())
-            .await
-            .is_err(),
+        nothing_handed_out(&q).await,
         "still leased after its handle went"
     );
     item.requeue().unwrap();

@@ -52,15 +52,15 @@ pub(super) fn seen_events(
     wc: watcher::Config,
     label_key: String,
 ) -> SeenEvents {
-    let watch = Arc::new(Watch {
+    let watch = Watch {
         client,
         request: Request::new(url),
         wc,
         label_key,
-    });
-    stream::unfold(State::Empty, move |state| {
-        let watch = watch.clone();
-        async move { Some(watch.step(state).await) }
+    };
+    stream::unfold((watch, State::Empty), |(watch, state)| async move {
+        let (event, state) = watch.step(state).await;
+        Some((event, (watch, state)))
     })
     .boxed()
 }
@@ -177,20 +177,10 @@ impl Watch {
                     mut events,
                 } => match self.next_within_timeout(&mut events).await {
                     Some(Ok(WatchEvent::Added(object) | WatchEvent::Modified(object))) => {
-                        let Some(version) = non_empty(object.metadata.resource_version.clone())
-                        else {
-                            return (Err(watcher::Error::NoResourceVersion), State::Empty);
-                        };
-                        let seen = self.seen(object);
-                        return (Ok(Event::Apply(seen)), State::Watching { version, events });
+                        return self.changed(object, Event::Apply, events);
                     }
                     Some(Ok(WatchEvent::Deleted(object))) => {
-                        let Some(version) = non_empty(object.metadata.resource_version.clone())
-                        else {
-                            return (Err(watcher::Error::NoResourceVersion), State::Empty);
-                        };
-                        let seen = self.seen(object);
-                        return (Ok(Event::Delete(seen)), State::Watching { version, events });
+                        return self.changed(object, Event::Delete, events);
                     }
                     Some(Ok(WatchEvent::Bookmark(mark))) => State::Watching {
                         version: mark.metadata.resource_version,
@@ -213,6 +203,23 @@ impl Watch {
                     None => State::Listed { version },
                 },
             };
+        }
+    }
+
+    /// A change the watch showed, as `event`, and the watch from its
+    /// version on; a change without a version starts over with a list.
+    fn changed(
+        &self,
+        object: Lean,
+        event: fn(Seen) -> Event<Seen>,
+        events: BoxStream<'static, kube_client::Result<WatchEvent<Lean>>>,
+    ) -> (Result<Event<Seen>, watcher::Error>, State) {
+        match non_empty(object.metadata.resource_version.clone()) {
+            Some(version) => (
+                Ok(event(self.seen(object))),
+                State::Watching { version, events },
+            ),
+            None => (Err(watcher::Error::NoResourceVersion), State::Empty),
         }
     }
 
@@ -377,6 +384,20 @@ mod tests {
         got
     }
 
+    /// Both watches show `expected` next.
+    async fn both_show(
+        lean: &mut mpsc::UnboundedReceiver<Shown>,
+        reference: &mut mpsc::UnboundedReceiver<Shown>,
+        expected: Vec<Shown>,
+    ) {
+        assert_eq!(take(lean, expected.len()).await, expected, "the lean watch");
+        assert_eq!(
+            take(reference, expected.len()).await,
+            expected,
+            "the reference"
+        );
+    }
+
     fn cm(name: &str, label: Option<&str>) -> ConfigMap {
         let mut cm = ConfigMap::default();
         cm.metadata.name = Some(name.into());
@@ -426,8 +447,7 @@ mod tests {
             Shown::Listed("default/c".into(), some("m2")),
             Shown::Done,
         ];
-        assert_eq!(take(&mut lean, 5).await, listed);
-        assert_eq!(take(&mut reference, 5).await, listed);
+        both_show(&mut lean, &mut reference, listed).await;
         assert!(server.wait_for_watches(2, Duration::from_secs(10)).await);
 
         let ps = PatchParams::default();
@@ -443,16 +463,14 @@ mod tests {
             Shown::Deleted("default/a".into(), some("m2")),
             Shown::Applied("default/d".into(), None),
         ];
-        assert_eq!(take(&mut lean, 5).await, changes);
-        assert_eq!(take(&mut reference, 5).await, changes);
+        both_show(&mut lean, &mut reference, changes).await;
 
         // A watch that ends is resumed where it was: no re-list.
         server.close_watches();
         assert!(server.wait_for_watches(2, Duration::from_secs(10)).await);
         api.patch("d", &ps, &labelled(Some("m2"))).await.unwrap();
         let resumed = vec![Shown::Applied("default/d".into(), some("m2"))];
-        assert_eq!(take(&mut lean, 1).await, resumed);
-        assert_eq!(take(&mut reference, 1).await, resumed);
+        both_show(&mut lean, &mut reference, resumed).await;
 
         // A compacted version: the error, then the whole list again.
         server.expire_watches();
@@ -464,7 +482,6 @@ mod tests {
             Shown::Listed("default/d".into(), some("m2")),
             Shown::Done,
         ];
-        assert_eq!(take(&mut lean, 6).await, relisted);
-        assert_eq!(take(&mut reference, 6).await, relisted);
+        both_show(&mut lean, &mut reference, relisted).await;
     }
 }

@@ -11,12 +11,11 @@ use kube_client::Api;
 use kube_client::api::PostParams;
 use kube_local_apiserver::{Endpoint, LocalApiServer};
 use kube_runtime::watcher;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep};
 use tokio_workqueue_kube::leader::{LeaderElection, LeaseConfig};
 use tokio_workqueue_kube::{Action, Manager, ManagerError};
 
+use crate::manager_common::Running;
 use crate::replica_common::{
     LEASE, RENEW, RETRY, Record, TestError, fast_lease, lease_holder, server_with_configmaps,
 };
@@ -49,8 +48,7 @@ fn policy(_: Arc<ConfigMap>, _: &TestError, _: Arc<Ctx>) -> Action {
 /// `default` only), one election for both.
 struct Replica {
     endpoint: Endpoint,
-    task: JoinHandle<Result<(), ManagerError>>,
-    stop: Option<oneshot::Sender<()>>,
+    running: Running,
 }
 
 impl Replica {
@@ -90,14 +88,9 @@ impl Replica {
             .unwrap()
             .add("labelled", labelled)
             .unwrap();
-        let (stop, stopped) = oneshot::channel::<()>();
-        manager.shutdown_on(async move {
-            let _ = stopped.await;
-        });
         Replica {
             endpoint,
-            task: tokio::spawn(manager.run()),
-            stop: Some(stop),
+            running: Running::start(manager),
         }
     }
 }
@@ -135,12 +128,7 @@ async fn one_election_for_every_controller_and_a_release_hands_over_at_once() {
 
     // The leader shuts down: every controller drains, then the Lease is
     // released and the other replica leads at its next try.
-    replicas[leader].stop.take().unwrap().send(()).unwrap();
-    tokio::time::timeout(LIMIT, &mut replicas[leader].task)
-        .await
-        .expect("the leader's manager stopped")
-        .unwrap()
-        .unwrap();
+    replicas.swap_remove(leader).running.stop(LIMIT).await;
     let released = Instant::now();
     assert_ne!(
         lease_holder(server.client(), "managers").await,
@@ -177,9 +165,7 @@ async fn one_election_for_every_controller_and_a_release_hands_over_at_once() {
     // The labelled controller's cache holds only the labelled object.
     assert!(records[1].runs().iter().all(|r| r.key == "after"));
     for replica in &mut replicas {
-        if let Some(stop) = replica.stop.take() {
-            let _ = stop.send(());
-        }
+        replica.running.signal();
     }
 }
 
@@ -222,7 +208,7 @@ async fn a_leader_cut_off_from_the_api_server_fences_every_controller() {
     );
     record.check_no_overlap().unwrap();
     for replica in replicas {
-        replica.task.abort();
+        replica.running.task.abort();
     }
 }
 
