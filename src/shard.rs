@@ -170,9 +170,14 @@ impl Marks {
         let changed = st.shown.rank != rank;
         if changed {
             st.shown.rank = rank;
-            // SeqCst: ordered before the producer's look at the sleeping
-            // consumers (see `Shared::release`).
-            self.rank_of(i).store(rank, SeqCst);
+            // Release, not SeqCst: on x86 a SeqCst store is an `xchg`, a
+            // full barrier on every hand-out and most adds. Consumers read
+            // the ranks with acquire loads, which is all `pick` needs (a
+            // rank seen brings every rank stored before it). The one
+            // store-then-load that needs more, a producer's store before
+            // its look at the sleeping consumers, has its fence in
+            // `Shared::release`, made only when there is someone to wake.
+            self.rank_of(i).store(rank, Release);
         }
         let m = &self.rest[i];
         if self.promote {
@@ -193,7 +198,7 @@ impl Marks {
 
     /// Whether any shard has a key ready.
     pub(crate) fn any_ready(&self) -> bool {
-        (0..self.len()).any(|i| self.rank_of(i).load(SeqCst) != EMPTY)
+        (0..self.len()).any(|i| self.rank_of(i).load(Acquire) != EMPTY)
     }
 
     /// Whether every shard is closed (shut down, nothing more to hand out).
@@ -326,7 +331,7 @@ fn read(marks: &Marks, seen: &mut [u64]) -> (bool, Option<(usize, u64)>) {
     let mut best: Option<(usize, u64)> = None;
     let mut changed = false;
     for (i, s) in seen.iter_mut().enumerate() {
-        let r = marks.rank_of(i).load(SeqCst);
+        let r = marks.rank_of(i).load(Acquire);
         changed |= r != *s;
         *s = r;
         if r != EMPTY && best.is_none_or(|(_, b)| before(r, b)) {

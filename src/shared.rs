@@ -516,11 +516,9 @@ impl<K, O: Ordering<K>> Shared<K, O> {
             self.waiters().notify_all(&mut wake);
         } else if fx.wake > 0 {
             // Pairs with the fence of a consumer going to sleep (see
-            // `poll_take`), when the shard's rank was just stored: either
-            // that consumer's look sees it, or this look sees the consumer.
-            // (Also after a `SeqCst` store, which on its own would order it
-            // before the load below: loom models `SeqCst` loads and stores
-            // as acquire and release only.) A rank that did not change
+            // `poll_take`), when the shard's rank was just stored (a
+            // release store, see `Marks::publish`): either that consumer's
+            // look sees it, or this look sees the consumer. A rank that did not change
             // showed a key already, put there by a store that was followed
             // by its own fence and look: no consumer can have gone to sleep
             // on seeing this shard empty since then.
