@@ -169,15 +169,23 @@ impl Marks {
         let rank = st.head_rank();
         let changed = st.shown.rank != rank;
         if changed {
+            // A shard that was empty shows a key with a SeqCst store: the
+            // one store a sleeping consumer can have missed, and the one
+            // that orders every later add behind that key, which makes no
+            // fence of its own, after the consumers that saw the shard
+            // empty (see `Shared::release`). Any other change (a hand-out
+            // showing the next key or none, a key put in front) is a
+            // release store: on x86 a SeqCst store is an `xchg`, a full
+            // barrier, and consumers read ranks with acquire loads, which
+            // is all `pick` needs (a rank seen brings every rank stored
+            // before it).
+            let order = if st.shown.rank == EMPTY {
+                SeqCst
+            } else {
+                Release
+            };
             st.shown.rank = rank;
-            // Release, not SeqCst: on x86 a SeqCst store is an `xchg`, a
-            // full barrier on every hand-out and most adds. Consumers read
-            // the ranks with acquire loads, which is all `pick` needs (a
-            // rank seen brings every rank stored before it). The one
-            // store-then-load that needs more, a producer's store before
-            // its look at the sleeping consumers, has its fence in
-            // `Shared::release`, made only when there is someone to wake.
-            self.rank_of(i).store(rank, Release);
+            self.rank_of(i).store(rank, order);
         }
         let m = &self.rest[i];
         if self.promote {

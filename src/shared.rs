@@ -516,12 +516,17 @@ impl<K, O: Ordering<K>> Shared<K, O> {
             self.waiters().notify_all(&mut wake);
         } else if fx.wake > 0 {
             // Pairs with the fence of a consumer going to sleep (see
-            // `poll_take`), when the shard's rank was just stored (a
-            // release store, see `Marks::publish`): either that consumer's
-            // look sees it, or this look sees the consumer. A rank that did not change
-            // showed a key already, put there by a store that was followed
-            // by its own fence and look: no consumer can have gone to sleep
-            // on seeing this shard empty since then.
+            // `poll_take`), when the shard's rank was just stored: either
+            // that consumer's look sees it, or this look sees the consumer.
+            // A rank that did not change showed a key already. The store
+            // that made this shard show a key when it was empty was
+            // `SeqCst` (see `Marks::publish`), and it happens before this
+            // look (through the shard's lock): a consumer that saw the
+            // shard empty made its fence before that store in the one
+            // `SeqCst` order, so its registration is visible here, fence or
+            // not. (The fence also follows a `SeqCst` store, which would
+            // order it before the load below on its own: loom models
+            // `SeqCst` loads and stores as acquire and release only.)
             if shown {
                 fence(SeqCst);
             }
