@@ -55,6 +55,9 @@ pub struct Counted {
     /// far the consumers fell behind (W1's run-to-run spread is mostly
     /// whether they keep up or not).
     pub left_at_last_add: usize,
+    /// CPU time the process's threads ran while the run's runtime was up
+    /// (`None` where /proc does not say).
+    pub cpu: Option<std::time::Duration>,
 }
 
 impl Counted {
@@ -66,6 +69,16 @@ impl Counted {
     /// Adds per second while the consumers ran beside the producer.
     pub fn adds_per_sec(self, n: usize) -> f64 {
         n as f64 / (self.last_add - self.start).as_secs_f64()
+    }
+
+    /// The cores the run kept busy on average: its threads' CPU time over
+    /// the time from the first add to the last key done. About 2 on two
+    /// workers that both work; about 1 when one does all of it (which
+    /// tells a slow run where a worker sat parked from one where both ran
+    /// but moved cache lines between cores on every item).
+    pub fn cores_busy(self) -> Option<f64> {
+        self.cpu
+            .map(|cpu| cpu.as_secs_f64() / (self.end - self.start).as_secs_f64())
     }
 
     /// Keys per second processed after the producer finished: the rate at
@@ -90,7 +103,8 @@ pub fn run_counted(
     work: impl Fn(&str) + Send + Sync + 'static,
 ) -> Counted {
     let rt = runtime();
-    rt.block_on(async {
+    let cpu_before = threads_cpu();
+    let mut counted = rt.block_on(async {
         let countdown = Arc::new(Countdown::new(keys.len()));
         let counted = countdown.clone();
         let running = subject.start(
@@ -117,8 +131,26 @@ pub fn run_counted(
             last_add,
             end,
             left_at_last_add,
+            cpu: None,
         }
-    })
+    });
+    // Read while the runtime's workers are still alive: /proc lists only
+    // live threads.
+    counted.cpu = threads_cpu()
+        .zip(cpu_before)
+        .map(|(after, before)| after.saturating_sub(before));
+    counted
+}
+
+/// CPU time run so far by the process's live threads, from each thread's
+/// /proc schedstat (nanoseconds, unlike /proc/self/stat's clock ticks).
+fn threads_cpu() -> Option<std::time::Duration> {
+    let mut ns = 0u64;
+    for task in std::fs::read_dir("/proc/self/task").ok()? {
+        let stat = std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok()?;
+        ns += stat.split_whitespace().next()?.parse::<u64>().ok()?;
+    }
+    Some(std::time::Duration::from_nanos(ns))
 }
 
 /// Runs `one(subject)` for a warm-up and `cfg.runs` times, the subjects taking

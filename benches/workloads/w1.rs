@@ -53,6 +53,9 @@ pub fn w1(cfg: &Config, report: &mut Report, workload: &str, n: usize, subjects:
             ("adds/s beside consumers", run.adds_per_sec(n)),
             ("drain items/s after", run.drain_per_sec()),
         ];
+        if let Some(cores) = run.cores_busy() {
+            figures.push(("cores busy", cores));
+        }
         if let Some(calls) = futexes {
             figures.push(("futex calls/1k items", calls as f64 * 1000.0 / n as f64));
         }
