@@ -442,15 +442,27 @@ impl<K: Key, O: Ordering<K>> Shared<K, O> {
             .zip(now)
             .map(|(after, now)| (after, shard::nanos_since(self.epoch(), now)));
         let mut tries = 0;
+        let mut busy = None;
         loop {
             let Some(pick) = shard::pick(&self.marks, promote) else {
                 return Taken::Empty;
             };
+            // The marks still show the key whose lock was taken: its holder
+            // has not published yet. Looking at the lock again would only
+            // pull its line away from the holder, whose unlock must then
+            // take it back; every fourth look tries it all the same (a
+            // producer adding behind that key publishes nothing).
+            if busy == Some(pick) && tries < TRIES && tries % 4 != 0 {
+                tries += 1;
+                crate::sync::spin();
+                continue;
+            }
             let i = pick.shard();
             let mut st = match self.shards[i].state.try_lock() {
                 Some(st) => st,
                 None if tries < TRIES => {
                     tries += 1;
+                    busy = Some(pick);
                     crate::sync::spin();
                     continue;
                 }
