@@ -447,11 +447,13 @@ impl<K: Key, O: Ordering<K>> Shared<K, O> {
             let Some(pick) = shard::pick(&self.marks, promote) else {
                 return Taken::Empty;
             };
-            // The marks still show the key whose lock was taken: its holder
-            // has not published yet. Looking at the lock again would only
-            // pull its line away from the holder, whose unlock must then
-            // take it back; every fourth look tries it all the same (a
-            // producer adding behind that key publishes nothing).
+            // The marks still show the key whose lock was taken: most often
+            // its holder is taking that key, and publishes the next before
+            // it unlocks. Looking at the lock again would only pull its
+            // line away from the holder, whose unlock must then take it
+            // back; every fourth look tries it all the same, since a holder
+            // that leaves the key first (a producer adding behind it, a
+            // lease end) publishes no change.
             if busy == Some(pick) && tries < TRIES && tries % 4 != 0 {
                 tries += 1;
                 crate::sync::spin();
