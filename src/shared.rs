@@ -147,8 +147,7 @@ impl<K: Key, O: Ordering<K>> Holder<K, O> {
         popped: Popped<K>,
         now: Option<Instant>,
     ) -> WorkItem<K, O> {
-        let queue: &Shared<K, O> = self;
-        if let (Some(m), Some(now), Some(ready_at)) = (&queue.metrics, now, popped.ready_at) {
+        if let (Some(m), Some(now), Some(ready_at)) = (&self.metrics, now, popped.ready_at) {
             m.handed_out(now.saturating_duration_since(ready_at));
         }
         WorkItem::new(

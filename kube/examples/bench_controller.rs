@@ -153,7 +153,7 @@ mod precise {
             },
             it_value: libc::timespec {
                 tv_sec: d.as_secs() as libc::time_t,
-                tv_nsec: libc::c_long::from(d.subsec_nanos() as i32),
+                tv_nsec: d.subsec_nanos() as libc::c_long,
             },
         };
         // SAFETY: a valid descriptor and a pointer to a live itimerspec.
