@@ -16,13 +16,16 @@
 //! look that found nothing cannot be one critical section across all
 //! shards, so the two sides order themselves through sequentially
 //! consistent memory instead: a consumer counts itself in `sleepers`, then
-//! (after a fence) reads every shard's mark again; a producer publishes
-//! the mark of the key it made ready, then (after a fence) reads
-//! `sleepers`. One of the two sees the other: either the consumer finds the
-//! key and takes it, or the producer finds the consumer and wakes it. A
-//! producer with no one asleep touches no lock but its shard's. What a
-//! consumer keeps between polls is a [`Wait`], a waiter number and nothing
-//! pinned, so a [`WorkQueue`](crate::WorkQueue) polled as a stream keeps it inline.
+//! (after a fence) reads every shard's mark again; a producer that makes an
+//! empty shard show a key does so with a sequentially consistent store under
+//! that shard's lock, and every producer reads `sleepers` after it has
+//! released the lock. One of the two sees the other: either the consumer
+//! finds the key and takes it, or the producer finds the consumer and wakes
+//! it. A producer adding to a shard that shows a key already makes no
+//! barrier at all, and one with no one asleep touches no lock but its
+//! shard's. What a consumer keeps between polls is a [`Wait`], a waiter
+//! number and nothing pinned, so a [`WorkQueue`](crate::WorkQueue) polled
+//! as a stream keeps it inline.
 //! [`WorkQueue`](crate::WorkQueue), [`WorkItem`] and the timer task are
 //! handles to it.
 
@@ -229,9 +232,10 @@ impl<K: Key, O: Ordering<K>> Holder<K, O> {
                 continue;
             }
             wait.waiter = Some(queue.waiters().register(cx.waker()));
-            // Pairs with the fence in `release`: either this look sees the
-            // key a producer just made ready, or the producer sees this
-            // consumer registered and wakes it.
+            // Pairs with the SeqCst store of a producer that makes an empty
+            // shard show a key (see `Marks::publish`): either this look sees
+            // the key, or every producer of that shard from then on sees
+            // this consumer registered and wakes it.
             fence(SeqCst);
             if !queue.any_ready() && !queue.is_closed() {
                 return Poll::Pending;
@@ -522,27 +526,16 @@ impl<K, O: Ordering<K>> Shared<K, O> {
     /// (if any is asleep), everyone at a close or drain, the timer task,
     /// metrics.
     pub(crate) fn release(&self, i: usize, mut st: MutexGuard<'_, State<K, O>>, mut fx: Effects) {
-        let shown = self.marks.publish(i, &mut st);
+        self.marks.publish(i, &mut st);
         drop(st);
         let mut wake = WakeList::default();
         if fx.wake_all {
             self.waiters().notify_all(&mut wake);
         } else if fx.wake > 0 {
-            // Pairs with the fence of a consumer going to sleep (see
-            // `poll_take`), when the shard's rank was just stored: either
-            // that consumer's look sees it, or this look sees the consumer.
-            // A rank that did not change showed a key already. The store
-            // that made this shard show a key when it was empty was
-            // `SeqCst` (see `Marks::publish`), and it happens before this
-            // look (through the shard's lock): a consumer that saw the
-            // shard empty made its fence before that store in the one
-            // `SeqCst` order, so its registration is visible here, fence or
-            // not. (The fence also follows a `SeqCst` store, which would
-            // order it before the load below on its own: loom models
-            // `SeqCst` loads and stores as acquire and release only.)
-            if shown {
-                fence(SeqCst);
-            }
+            // Every consumer that saw this shard empty and went to sleep
+            // is registered in `sleepers` as this load sees it: the store
+            // that made the shard show a key was SeqCst and happens before
+            // this load, through the shard's lock (see `Marks::publish`).
             if self.sleepers.load(SeqCst) > 0 {
                 self.waiters().notify(fx.wake, &mut wake);
             }

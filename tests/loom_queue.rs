@@ -502,3 +502,30 @@ fn two_consumers_two_keys_in_one_shard() {
         (1, b)
     });
 }
+
+/// Two producers add one key each to one shard while two consumers sleep:
+/// only the add that finds the shard empty makes a fence (see
+/// `Marks::publish`), and the other, whichever comes second, must still see
+/// the consumer it has to wake. Each consumer gets one key; neither hangs.
+#[test]
+fn two_producers_of_one_shard_wake_two_consumers() {
+    model(move || {
+        let q = queue();
+        let b = (2..).find(|k| q.shard_of(k) == q.shard_of(&1)).unwrap();
+        let consumers: Vec<_> = (0..2)
+            .map(|_| {
+                let q = q.clone();
+                thread::spawn(move || *loom::future::block_on(q.get()).unwrap())
+            })
+            .collect();
+        let second = {
+            let q = q.clone();
+            thread::spawn(move || q.add(b).unwrap())
+        };
+        q.add(1).unwrap();
+        second.join().unwrap();
+        let mut got: Vec<u32> = consumers.into_iter().map(|c| c.join().unwrap()).collect();
+        got.sort();
+        assert_eq!(got, [1, b]);
+    });
+}
