@@ -110,6 +110,8 @@ pub(crate) struct Shared<K, O: Ordering<K>> {
     pub(crate) start_timer: StartTimer<K, O>,
     /// The timer task, once a delayed add started it.
     pub(crate) timer_task: Mutex<Option<tokio::task::AbortHandle>>,
+    /// Whether a timer task runs: set as one starts, cleared as it ends.
+    pub(crate) timer_alive: AtomicBool,
 }
 
 pub(crate) type StartTimer<K, O> = fn(&Arc<Shared<K, O>>) -> Result<(), AddError>;
@@ -312,6 +314,7 @@ impl<K, O: Ordering<K>> Shared<K, O> {
             throttle,
             start_timer,
             timer_task: Mutex::new(None),
+            timer_alive: AtomicBool::new(false),
         }
     }
 
@@ -333,6 +336,12 @@ impl<K, O: Ordering<K>> Shared<K, O> {
         K: std::hash::Hash,
     {
         self.shard_of(self.hasher.hash_one(key))
+    }
+
+    /// Whether a timer task runs (see [`crate::timer::ensure_running`]).
+    pub(crate) fn timer_running(&self) -> bool {
+        self.timer_alive
+            .load(crate::sync::atomic::Ordering::Acquire)
     }
 
     /// Whether a shutdown has begun: every add from now on is refused.
@@ -388,7 +397,7 @@ impl<K: Key, O: Ordering<K>> Shared<K, O> {
         if self.is_shutting_down() {
             return Err(AddError::ShuttingDown);
         }
-        if crate::timer::running(&self.timer_task.lock()) {
+        if self.timer_running() {
             return Ok(());
         }
         crate::clock::timed_handle().map(drop)

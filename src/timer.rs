@@ -28,6 +28,7 @@ use crate::error::AddError;
 use crate::ordering::Ordering;
 use crate::shared::Shared;
 use crate::state::TimerEntry;
+use crate::sync::atomic::Ordering::Release;
 
 /// How long an empty wheel may sit unpolled before an insert starts a fresh
 /// one: `DelayQueue` measures deadlines from its last poll and panics on one
@@ -42,6 +43,14 @@ const WHEEL_REFRESH: Duration = Duration::from_secs(30 * 24 * 60 * 60);
 pub(crate) fn ensure_running<K: Key, O: Ordering<K>>(
     shared: &Arc<Shared<K, O>>,
 ) -> Result<(), AddError> {
+    // Every delayed add asks this. The task's own state says whether it
+    // still runs, but the handle to it sits behind a lock that every
+    // producer of delays would take, and its state's line is written by
+    // the task whenever it runs: the flag, written only as a task starts
+    // and ends, answers first.
+    if shared.timer_running() {
+        return Ok(());
+    }
     let mut task = shared.timer_task.lock();
     if running(&task) {
         return Ok(());
@@ -53,15 +62,33 @@ pub(crate) fn ensure_running<K: Key, O: Ordering<K>>(
         }
     }
     let epoch = shared.epoch();
+    // Set before the spawn: the task clears it when it ends, or when it is
+    // dropped unpolled (its runtime shut down), which may come first.
+    shared.timer_alive.store(true, Release);
+    let alive = Alive(Arc::downgrade(shared));
+    let queue = Arc::downgrade(shared);
     // Unconstrained: tokio's co-operative budget would otherwise cut a burst
     // of keys due in one millisecond into pieces, and the wheel hands those
     // out last-in first, so only a whole burst can be put back in order.
-    let spawned = handle.spawn(tokio::task::unconstrained(run(
-        Arc::downgrade(shared),
-        epoch,
-    )));
+    let spawned = handle.spawn(tokio::task::unconstrained(async move {
+        let _alive = alive;
+        run(queue, epoch).await;
+    }));
     *task = Some(spawned.abort_handle());
     Ok(())
+}
+
+/// Held by the timer task: clears the queue's flag that a task runs when
+/// the task ends, is aborted, or goes with its runtime (a task dropped
+/// before its first poll drops this too).
+struct Alive<K, O: Ordering<K>>(Weak<Shared<K, O>>);
+
+impl<K, O: Ordering<K>> Drop for Alive<K, O> {
+    fn drop(&mut self) {
+        if let Some(shared) = self.0.upgrade() {
+            shared.timer_alive.store(false, Release);
+        }
+    }
 }
 
 /// Whether `task`, a queue's timer task if it started one, still runs.
