@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::AddError;
+use crate::nodes::KeyRef;
 use crate::ordering::{Ordering, Priorities};
 use crate::shared::{Holder, Shared, refused};
 use crate::state::{MAX_DELAY, When};
@@ -26,6 +27,9 @@ use crate::sync::Arc;
 /// [`WorkQueue::run`](crate::WorkQueue::run), which retries a panicked key.
 /// Neither `done` nor a drop resets the key's backoff:
 /// [`succeed`](Self::succeed) does.
+///
+/// The item reads its key where the queue keeps it: a hand-out copies no
+/// key, and the key stays in place until the lease ends.
 ///
 /// `O` is the queue's [`Ordering`], as in [`WorkQueue<K, O>`](crate::WorkQueue).
 ///
@@ -46,7 +50,8 @@ use crate::sync::Arc;
 /// ```
 pub struct WorkItem<K, O: Ordering<K> = Priorities> {
     shared: Arc<Holder<K, O>>,
-    key: K,
+    /// The key where its shard keeps it, which the lease keeps in place.
+    key: KeyRef<K>,
     /// The shard the key is in.
     shard: u32,
     slot: u32,
@@ -61,7 +66,7 @@ pub struct WorkItem<K, O: Ordering<K> = Priorities> {
 impl<K: Key, O: Ordering<K>> WorkItem<K, O> {
     pub(crate) fn new(
         shared: Arc<Holder<K, O>>,
-        key: K,
+        key: KeyRef<K>,
         shard: u32,
         slot: u32,
         lease: u32,
@@ -82,7 +87,7 @@ impl<K: Key, O: Ordering<K>> WorkItem<K, O> {
 
     /// The leased key.
     pub fn key(&self) -> &K {
-        &self.key
+        self.key_ref()
     }
 
     /// The priority the key was handed out with.
@@ -164,20 +169,20 @@ impl<K: Key, O: Ordering<K>> WorkItem<K, O> {
             let now = (e == AddError::NoRuntime).then_some(When::Now);
             return self.end(now, false).and(Err(e));
         }
-        let delay = self.shared.limiter.when(&self.key).max(at_least);
+        let delay = self.shared.limiter.when(self.key()).max(at_least);
         let when = self.when(delay);
         self.end(Some(when), true)
     }
 
     /// Forgets the rate limiter's failures for this key, as after a success.
     pub fn forget(&self) {
-        self.shared.limiter.forget(&self.key)
+        self.shared.limiter.forget(self.key())
     }
 
     /// How many rate-limited requeues this key had since it was last
     /// forgotten.
     pub fn num_requeues(&self) -> u32 {
-        self.shared.limiter.num_requeues(&self.key)
+        self.shared.limiter.num_requeues(self.key())
     }
 
     fn when(&self, delay: Duration) -> When {
@@ -191,6 +196,17 @@ impl<K: Key, O: Ordering<K>> WorkItem<K, O> {
 }
 
 impl<K, O: Ordering<K>> WorkItem<K, O> {
+    /// The key, where its shard keeps it.
+    ///
+    /// Every path that ends the lease (`end`) takes the item by value or
+    /// drops it, and reads no key after: the key is only read from a lease
+    /// that has not ended.
+    fn key_ref(&self) -> &K {
+        debug_assert!(!self.ended, "a key read after its lease ended");
+        // SAFETY: the lease has not ended (above).
+        unsafe { self.key.get() }
+    }
+
     fn end(&mut self, readd: Option<When>, retry: bool) -> Result<(), AddError> {
         if std::mem::replace(&mut self.ended, true) {
             return Ok(());
@@ -240,7 +256,7 @@ impl<K, O: Ordering<K>> Deref for WorkItem<K, O> {
     type Target = K;
 
     fn deref(&self) -> &K {
-        &self.key
+        self.key_ref()
     }
 }
 
@@ -253,7 +269,7 @@ impl<K, O: Ordering<K>> Drop for WorkItem<K, O> {
 impl<K: fmt::Debug, O: Ordering<K>> fmt::Debug for WorkItem<K, O> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("WorkItem")
-            .field("key", &self.key)
+            .field("key", self.key_ref())
             .field("priority", &self.priority)
             .finish_non_exhaustive()
     }

@@ -196,6 +196,7 @@ mod item_ext;
 mod key;
 pub mod limiter;
 pub mod metrics;
+mod nodes;
 mod options;
 pub mod ordering;
 pub mod partition;

@@ -1,8 +1,10 @@
 //! The queue's state machine: one entry per key, kept under a lock (one
 //! per shard of the queue, see [`crate::shard`]).
 //!
-//! Every key the queue knows has one [`Node`] in a slab. A node is in exactly
-//! one [`Place`]:
+//! Every key the queue knows has one [`Node`] in a slab whose nodes never
+//! move ([`Nodes`]): a lease reads its key in its node, and no node holding
+//! a leased key is freed before the lease ends. A node is in exactly one
+//! [`Place`]:
 //!
 //! ```text
 //!            add                    timer fires / add now
@@ -60,6 +62,7 @@ use std::time::Duration;
 use hashbrown::HashTable;
 use hashbrown::hash_table::Entry;
 
+use crate::nodes::{KeyRef, Nodes};
 use crate::ordering::{Handle, Ordering, Queued};
 use crate::prefetch::{self, IndexLayout};
 use crate::shard;
@@ -131,9 +134,9 @@ impl TimerEntry {
     }
 }
 
+/// A key's state; the key itself sits beside it ([`Nodes::key`]).
 #[derive(Debug)]
-pub(crate) struct Node<K, E> {
-    pub(crate) key: Option<K>,
+pub(crate) struct Node<E> {
     pub(crate) place: Place<E>,
     /// Low 32 bits of the key's hash: enough to rebuild the index without
     /// reading keys, and to skip most key comparisons on lookup.
@@ -311,7 +314,8 @@ impl WakeTimer {
 #[derive(Debug)]
 pub(crate) struct Popped<K> {
     pub(crate) slot: u32,
-    pub(crate) key: K,
+    /// The key, where the node keeps it until the lease ends.
+    pub(crate) key: KeyRef<K>,
     pub(crate) priority: i32,
     /// When it became ready, if times are tracked.
     pub(crate) ready_at: Option<Instant>,
@@ -336,7 +340,7 @@ pub(crate) struct Counts {
 }
 
 pub(crate) struct State<K, O: Ordering<K>> {
-    nodes: Vec<Node<K, O::Entry>>,
+    nodes: Nodes<K, Node<O::Entry>>,
     free_head: u32,
     index: HashTable<u32>,
     /// Where `index` keeps its groups, for prefetch hints.
@@ -409,10 +413,11 @@ fn not_ready(slot: u32) -> ! {
 /// Takes a slot for a new node: the head of the free list, else a new one
 /// at the end. The caller indexes it.
 fn alloc<K, E>(
-    nodes: &mut Vec<Node<K, E>>,
+    nodes: &mut Nodes<K, Node<E>>,
     free_head: &mut u32,
     times: Option<&mut Times>,
-    node: Node<K, E>,
+    key: K,
+    node: Node<E>,
 ) -> u32 {
     if *free_head != NIL {
         let slot = *free_head;
@@ -422,6 +427,9 @@ fn alloc<K, E>(
         };
         *free_head = next_free;
         *old = node;
+        // SAFETY: the slot was free, so no lease on its key is alive.
+        let stale = unsafe { nodes.replace_key(slot as usize, Some(key)) };
+        debug_assert!(stale.is_none(), "a free slot kept its key");
         return slot;
     }
     // Slot numbers are u32 and NIL is reserved: 4 billion live keys is far
@@ -430,7 +438,7 @@ fn alloc<K, E>(
         .ok()
         .filter(|&s| s != NIL)
         .expect("more than u32::MAX - 1 keys in one queue");
-    nodes.push(node);
+    nodes.push(key, node);
     if let Some(t) = times {
         // Overwritten whenever the slot's key becomes ready, before it is
         // read: no clock read needed here.
@@ -470,10 +478,7 @@ impl<K: Eq + Hash, O: Ordering<K>> State<K, O> {
         let nodes = &self.nodes;
         let entry = self.index.entry(
             wide(h),
-            |&i| {
-                let n = &nodes[i as usize];
-                n.hash == h && n.key.as_ref() == Some(&key)
-            },
+            |&i| nodes[i as usize].hash == h && nodes.key(i as usize) == Some(&key),
             |&i| wide(nodes[i as usize].hash),
         );
         let vacant = match entry {
@@ -493,7 +498,6 @@ impl<K: Eq + Hash, O: Ordering<K>> State<K, O> {
             _ => None,
         };
         let node = Node {
-            key: Some(key),
             place: Place::Leased,
             hash: h,
             priority,
@@ -502,6 +506,7 @@ impl<K: Eq + Hash, O: Ordering<K>> State<K, O> {
             &mut self.nodes,
             &mut self.free_head,
             self.times.as_mut(),
+            key,
             node,
         );
         // An insert is the only thing that can move the table.
@@ -572,7 +577,7 @@ impl<K, O: Ordering<K>> State<K, O> {
     /// that long before any others; `order` orders the rest.
     pub(crate) fn new(track_times: bool, promote_after: Option<Duration>, order: O) -> Self {
         State {
-            nodes: Vec::new(),
+            nodes: Nodes::default(),
             free_head: NIL,
             index: HashTable::new(),
             layout: IndexLayout::default(),
@@ -642,7 +647,7 @@ impl<K, O: Ordering<K>> State<K, O> {
             return counts;
         }
         let mut counts: Vec<(i32, usize)> = Vec::new();
-        for node in &self.nodes {
+        for node in self.nodes.iter() {
             if let Place::Ready(_) = node.place {
                 match counts.iter_mut().find(|(p, _)| *p == node.priority) {
                     Some((_, n)) => *n += 1,
@@ -686,7 +691,7 @@ impl<K, O: Ordering<K>> State<K, O> {
     /// entry is out: a stale one still names its slot.
     #[cold]
     fn give_back_room(&mut self) {
-        self.nodes = Vec::new();
+        self.nodes = Nodes::default();
         self.free_head = NIL;
         self.index = HashTable::new();
         self.layout = IndexLayout::default();
@@ -709,7 +714,9 @@ impl<K, O: Ordering<K>> State<K, O> {
             next_free: self.free_head,
         };
         self.free_head = slot;
-        node.key.take()
+        // SAFETY: a key is unlinked when it is not leased, or as its lease
+        // ends (`finish`): no lease on it is alive.
+        unsafe { self.nodes.replace_key(slot as usize, None) }
     }
 
     /// A key joins the ready set at `now`: the ordering is told.
@@ -1066,13 +1073,18 @@ impl<K, O: Ordering<K>> State<K, O> {
         self.leased += 1;
         let node = &mut self.nodes[slot as usize];
         node.place = Place::Leased;
+        let (hash, priority) = (node.hash, node.priority);
         // The lease end will look the key up to free it: start fetching its
         // index group now, while the worker runs outside the lock.
-        self.layout.prefetch(wide(node.hash));
+        self.layout.prefetch(wide(hash));
+        let key = self
+            .nodes
+            .key(slot as usize)
+            .expect("live node without a key");
         Some(Popped {
             slot,
-            key: node.key.clone().expect("live node without a key"),
-            priority: node.priority,
+            key: KeyRef::new(key),
+            priority,
             ready_at,
             lease,
         })
@@ -1210,10 +1222,10 @@ impl<K, O: Ordering<K>> State<K, O> {
             }
         }
         for &slot in &waiting {
-            let node = &mut self.nodes[slot as usize];
-            if let Some(key) = &node.key {
+            if let Some(key) = self.nodes.key(slot as usize) {
                 dropped(key);
             }
+            let node = &mut self.nodes[slot as usize];
             match node.place {
                 Place::Waiting { .. } => drop(self.unlink_slot(slot)),
                 _ => node.place = Place::Leased,
@@ -1355,16 +1367,20 @@ mod tests {
     }
 
     fn pop(st: &mut St) -> Option<(u32, String, i32)> {
-        st.pop(None).map(|p| (p.slot, p.key, p.priority))
+        // SAFETY: the lease has not ended (the state lives, and `finish`
+        // was not called for it).
+        st.pop(None)
+            .map(|p| (p.slot, unsafe { p.key.get() }.clone(), p.priority))
     }
 
     #[test]
     fn node_is_48_bytes_for_string_keys_with_each_built_in_ordering() {
+        use crate::nodes::slot_size;
         use crate::ordering::{FairShareEntry, Links, PriorityEntry};
-        assert_eq!(std::mem::size_of::<Node<String, PriorityEntry>>(), 48);
-        assert_eq!(std::mem::size_of::<Node<String, Links>>(), 48);
-        assert_eq!(std::mem::size_of::<Node<String, FairShareEntry>>(), 48);
-        assert_eq!(std::mem::size_of::<Node<String, ()>>(), 48);
+        assert_eq!(slot_size::<String, Node<PriorityEntry>>(), 48);
+        assert_eq!(slot_size::<String, Node<Links>>(), 48);
+        assert_eq!(slot_size::<String, Node<FairShareEntry>>(), 48);
+        assert_eq!(slot_size::<String, Node<()>>(), 48);
     }
 
     #[test]

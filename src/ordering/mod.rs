@@ -114,6 +114,7 @@ pub use fifo::Fifo;
 pub use list::Links;
 pub use priorities::{Priorities, PriorityEntry, TwoLanes};
 
+use crate::nodes::Nodes;
 use crate::state::{Node, Place};
 
 /// Priority levels are kept when they empty, so a steady mix of priorities
@@ -267,17 +268,17 @@ impl Handle {
 ///
 /// Every method panics if given the handle of a key that is not ready.
 pub struct Queued<'a, K, E> {
-    nodes: &'a mut [Node<K, E>],
+    nodes: &'a mut Nodes<K, Node<E>>,
 }
 
 impl<'a, K, E> Queued<'a, K, E> {
     #[inline]
-    pub(crate) fn new(nodes: &'a mut [Node<K, E>]) -> Self {
+    pub(crate) fn new(nodes: &'a mut Nodes<K, Node<E>>) -> Self {
         Queued { nodes }
     }
 
     #[inline]
-    fn node(&self, h: Handle) -> &Node<K, E> {
+    fn node(&self, h: Handle) -> &Node<E> {
         let node = &self.nodes[h.index()];
         if !matches!(node.place, Place::Ready(_)) {
             not_ready(h)
@@ -288,7 +289,8 @@ impl<'a, K, E> Queued<'a, K, E> {
     /// The key.
     #[inline]
     pub fn key(&self, h: Handle) -> &K {
-        match &self.node(h).key {
+        self.node(h);
+        match self.nodes.key(h.index()) {
             Some(key) => key,
             None => not_ready(h),
         }

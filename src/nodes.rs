@@ -1,0 +1,283 @@
+//! A shard's nodes, at addresses that never move.
+//!
+//! A lease hands its consumer a reference to its key where the shard keeps
+//! it, rather than a copy: copying a `String` key is an allocation on every
+//! hand-out and a free on every lease end, about a tenth of a hand-out's
+//! cost (W1's shape with `&'static str` keys, which hash and compare as
+//! `String`s do, ran 10-15 % faster). A `Vec` moves its elements when it
+//! grows, so the nodes live in chunks instead: chunk `c` holds
+//! `FIRST << c` nodes and is never reallocated, and a new chunk is added
+//! when the last is full. Growth costs what a `Vec`'s doubling costs in
+//! room, without the copy; node `i` is found with one leading-zero count.
+//!
+//! The lock holder changes nodes while leases on other threads read their
+//! keys, so each key sits beside its node in a cell of its own, and no
+//! `&mut` ever covers a key: a node is lent out as `&mut` on its own
+//! (through a raw pointer to its slot, never a `&mut` to the slot), and a
+//! key is written only when no lease on it is alive.
+
+use std::cell::UnsafeCell;
+use std::ops::{Index, IndexMut};
+use std::ptr::NonNull;
+
+/// Nodes in the first chunk (a power of two).
+const FIRST_BITS: u32 = 4;
+const FIRST: usize = 1 << FIRST_BITS;
+
+/// Nodes in chunks that never move, each with its key beside it.
+///
+/// A node is reached as `&T` or `&mut T`, and its key only through
+/// [`key`](Self::key) and [`replace_key`](Self::replace_key): no `&mut`
+/// ever covers a key, since a lease on another thread may be reading it
+/// through a [`KeyRef`] while the lock holder changes the node.
+pub(crate) struct Nodes<K, T> {
+    chunks: Vec<Vec<Slot<K, T>>>,
+    len: usize,
+}
+
+// SAFETY: a key is written only through `replace_key`, which takes
+// `&mut self`; through `&Nodes` keys and nodes are only read, so sharing
+// one between threads is sharing `&K` and `&T`. (The cell would otherwise
+// take `Sync` from `Nodes`, and from the orderings' `Queued` view.)
+unsafe impl<K: Sync, T: Sync> Sync for Nodes<K, T> {}
+
+/// A key and its node, side by side: a lookup that reads the node finds
+/// the key next to it.
+struct Slot<K, T> {
+    /// Written only by [`Nodes::replace_key`], with no lease on the key.
+    key: UnsafeCell<Option<K>>,
+    node: T,
+}
+
+impl<K, T> Default for Nodes<K, T> {
+    fn default() -> Self {
+        Nodes {
+            chunks: Vec::new(),
+            len: 0,
+        }
+    }
+}
+
+/// The chunk and the place in it of node `i`.
+#[inline]
+fn locate(i: usize) -> (usize, usize) {
+    // Chunk c starts at FIRST * (2^c - 1): with j = i + FIRST, the chunk is
+    // j's highest bit less FIRST_BITS, and the place is j less that bit.
+    let j = i + FIRST;
+    let high = usize::BITS - 1 - j.leading_zeros();
+    ((high - FIRST_BITS) as usize, j - (1 << high))
+}
+
+impl<K, T> Nodes<K, T> {
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Room for nodes without a new chunk.
+    #[cfg(test)]
+    pub(crate) fn capacity(&self) -> usize {
+        self.chunks.iter().map(Vec::capacity).sum()
+    }
+
+    /// Adds a node and its key at the end; no node already there moves.
+    pub(crate) fn push(&mut self, key: K, node: T) {
+        let (c, _) = locate(self.len);
+        if c == self.chunks.len() {
+            self.chunks.push(Vec::with_capacity(FIRST << c));
+        }
+        let chunk = &mut self.chunks[c];
+        debug_assert!(chunk.len() < chunk.capacity(), "a chunk never grows");
+        // `Vec::push` writes the new slot through the buffer's pointer: it
+        // makes no reference to the slots already there.
+        chunk.push(Slot {
+            key: UnsafeCell::new(Some(key)),
+            node,
+        });
+        self.len += 1;
+    }
+
+    #[inline]
+    fn slot(&self, i: usize) -> Option<&Slot<K, T>> {
+        if i >= self.len {
+            return None;
+        }
+        let (c, at) = locate(i);
+        Some(&self.chunks[c][at])
+    }
+
+    #[inline]
+    pub(crate) fn get(&self, i: usize) -> Option<&T> {
+        self.slot(i).map(|s| &s.node)
+    }
+
+    #[inline]
+    pub(crate) fn get_mut(&mut self, i: usize) -> Option<&mut T> {
+        if i >= self.len {
+            return None;
+        }
+        let (c, at) = locate(i);
+        // `as_mut_ptr` makes no reference to the slots.
+        let slot = self.chunks[c].as_mut_ptr().wrapping_add(at);
+        // SAFETY: slot `at` of chunk `c` is initialised (`i < len`, and
+        // slots are pushed in order); the `&mut` covers the node only, not
+        // the key beside it, which a lease may be reading; `&mut self`
+        // makes it the only reference to the node.
+        Some(unsafe { &mut *std::ptr::addr_of_mut!((*slot).node) })
+    }
+
+    /// The key of node `i`, if it holds one.
+    #[inline]
+    pub(crate) fn key(&self, i: usize) -> Option<&K> {
+        let slot = self.slot(i)?;
+        // SAFETY: the key is written only by `replace_key`, which needs
+        // `&mut self` (so no reference made here is alive) and no lease on
+        // this key (so no `KeyRef` to it is read).
+        unsafe { (*slot.key.get()).as_ref() }
+    }
+
+    /// Puts `key` in node `i` and returns what was there.
+    ///
+    /// # Safety
+    ///
+    /// No lease on node `i`'s key is alive: no [`KeyRef`] to it is read
+    /// from now on.
+    pub(crate) unsafe fn replace_key(&mut self, i: usize, key: Option<K>) -> Option<K> {
+        let slot = self.slot(i).expect("a node in range");
+        // SAFETY: `&mut self` excludes every reference made by `key`, and
+        // the caller excludes every lease's; the write goes through the
+        // cell.
+        unsafe { std::mem::replace(&mut *slot.key.get(), key) }
+    }
+
+    /// The nodes in order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &T> {
+        self.chunks.iter().flatten().map(|s| &s.node)
+    }
+}
+
+impl<K, T> Index<usize> for Nodes<K, T> {
+    type Output = T;
+
+    #[inline]
+    fn index(&self, i: usize) -> &T {
+        match self.get(i) {
+            Some(n) => n,
+            None => out_of_range(i, self.len),
+        }
+    }
+}
+
+impl<K, T> IndexMut<usize> for Nodes<K, T> {
+    #[inline]
+    fn index_mut(&mut self, i: usize) -> &mut T {
+        let len = self.len;
+        match self.get_mut(i) {
+            Some(n) => n,
+            None => out_of_range(i, len),
+        }
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn out_of_range(i: usize, len: usize) -> ! {
+    panic!("node {i} of {len}")
+}
+
+/// A leased key where its shard keeps it: a shared reference in all but
+/// its lifetime, which is the lease's.
+///
+/// The key stays in its node, unchanged, from the hand-out until the lease
+/// ends: only the lease's end frees a leased node (`State::finish`), an add
+/// of a leased key keeps the key there and drops its own, a shutdown frees
+/// only keys that are not leased, and a shard gives its room back only
+/// when it holds no key. The node does not move ([`Nodes`]), and the shard
+/// outlives the lease, which holds the queue.
+pub(crate) struct KeyRef<K>(NonNull<K>);
+
+// SAFETY: a `KeyRef` is used as a `&K` is, so it may go to and be shared
+// with another thread when a `&K` may: when `K` is `Sync`.
+unsafe impl<K: Sync> Send for KeyRef<K> {}
+// SAFETY: as above.
+unsafe impl<K: Sync> Sync for KeyRef<K> {}
+
+impl<K> std::fmt::Debug for KeyRef<K> {
+    /// The address only: reading the key needs the lease's word for it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("KeyRef").field(&self.0).finish()
+    }
+}
+
+impl<K> KeyRef<K> {
+    /// A reference to `key`, in a node of a shard, as it is leased.
+    pub(crate) fn new(key: &K) -> Self {
+        KeyRef(NonNull::from(key))
+    }
+
+    /// The key.
+    ///
+    /// # Safety
+    ///
+    /// The lease this reference was made for has not ended.
+    pub(crate) unsafe fn get(&self) -> &K {
+        // SAFETY: the caller's lease keeps the key in place (see the type).
+        unsafe { self.0.as_ref() }
+    }
+}
+
+/// The room a node and its key take in a chunk.
+#[cfg(test)]
+pub(crate) const fn slot_size<K, T>() -> usize {
+    std::mem::size_of::<Slot<K, T>>()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nodes_keep_their_addresses_as_the_chunks_grow() {
+        let mut nodes = Nodes::default();
+        let mut addrs: Vec<(*const usize, *const String)> = Vec::new();
+        for i in 0..10_000 {
+            nodes.push(i.to_string(), i);
+            addrs.push((&nodes[i], nodes.key(i).unwrap()));
+        }
+        for (i, &(node, key)) in addrs.iter().enumerate() {
+            assert_eq!(node, &nodes[i] as *const usize, "node {i} moved");
+            assert_eq!(key, nodes.key(i).unwrap() as *const String, "key {i} moved");
+            assert_eq!(nodes[i], i);
+            assert_eq!(nodes.key(i).unwrap(), &i.to_string());
+        }
+        nodes[7] += 1;
+        assert_eq!(nodes[7], 8);
+        // SAFETY: no lease exists in this test.
+        assert_eq!(unsafe { nodes.replace_key(7, None) }, Some("7".to_string()));
+        assert_eq!(nodes.key(7), None);
+        assert_eq!(nodes.len(), 10_000);
+        let mut expected: Vec<usize> = (0..10_000).collect();
+        expected[7] = 8;
+        assert_eq!(nodes.iter().copied().collect::<Vec<_>>(), expected);
+        assert!(nodes.get(10_000).is_none());
+        assert!(nodes.key(10_000).is_none());
+        // Room doubles, as a Vec's does: never more than twice the nodes
+        // past the first chunk.
+        assert!(
+            nodes.capacity() < 2 * 10_000 + FIRST,
+            "{}",
+            nodes.capacity()
+        );
+    }
+
+    #[test]
+    fn locate_walks_the_chunks_in_order() {
+        let mut expected = Vec::new();
+        for c in 0..6 {
+            for at in 0..(FIRST << c) {
+                expected.push((c, at));
+            }
+        }
+        let got: Vec<_> = (0..expected.len()).map(locate).collect();
+        assert_eq!(got, expected);
+    }
+}
