@@ -96,43 +96,59 @@ impl<K, T> Nodes<K, T> {
         self.len += 1;
     }
 
+    /// Node `i` and its key, found once: the key is read only if asked
+    /// for (a lookup that compares hashes first mostly never reads it).
     #[inline]
-    fn slot(&self, i: usize) -> Option<&Slot<K, T>> {
+    pub(crate) fn slot(&self, i: usize) -> Option<SlotRef<'_, K, T>> {
         if i >= self.len {
             return None;
         }
         let (c, at) = locate(i);
-        Some(&self.chunks[c][at])
+        Some(SlotRef(&self.chunks[c][at]))
     }
 
     #[inline]
     pub(crate) fn get(&self, i: usize) -> Option<&T> {
-        self.slot(i).map(|s| &s.node)
+        self.slot(i).map(|s| s.node())
     }
 
+    /// Slot `i`, without a reference to it or to any other slot.
     #[inline]
-    pub(crate) fn get_mut(&mut self, i: usize) -> Option<&mut T> {
+    fn slot_ptr(&mut self, i: usize) -> Option<*mut Slot<K, T>> {
         if i >= self.len {
             return None;
         }
         let (c, at) = locate(i);
         // `as_mut_ptr` makes no reference to the slots.
-        let slot = self.chunks[c].as_mut_ptr().wrapping_add(at);
-        // SAFETY: slot `at` of chunk `c` is initialised (`i < len`, and
-        // slots are pushed in order); the `&mut` covers the node only, not
-        // the key beside it, which a lease may be reading; `&mut self`
-        // makes it the only reference to the node.
+        Some(self.chunks[c].as_mut_ptr().wrapping_add(at))
+    }
+
+    #[inline]
+    pub(crate) fn get_mut(&mut self, i: usize) -> Option<&mut T> {
+        let slot = self.slot_ptr(i)?;
+        // SAFETY: the slot is initialised (`i < len`, and slots are pushed
+        // in order); the `&mut` covers the node only, not the key beside
+        // it, which a lease may be reading, and `&mut self` makes it the
+        // only reference to the node.
         Some(unsafe { &mut *std::ptr::addr_of_mut!((*slot).node) })
+    }
+
+    /// Node `i` to change, and its key, found once.
+    #[inline]
+    pub(crate) fn get_mut_with_key(&mut self, i: usize) -> Option<(&mut T, Option<&K>)> {
+        let slot = self.slot_ptr(i)?;
+        // SAFETY: the node as in `get_mut`; the key as `SlotRef::key`
+        // reads it, beside the node and never under its `&mut`.
+        unsafe {
+            let node = &mut *std::ptr::addr_of_mut!((*slot).node);
+            Some((node, (*(*slot).key.get()).as_ref()))
+        }
     }
 
     /// The key of node `i`, if it holds one.
     #[inline]
     pub(crate) fn key(&self, i: usize) -> Option<&K> {
-        let slot = self.slot(i)?;
-        // SAFETY: the key is written only by `replace_key`, which needs
-        // `&mut self` (so no reference made here is alive) and no lease on
-        // this key (so no `KeyRef` to it is read).
-        unsafe { (*slot.key.get()).as_ref() }
+        self.slot(i)?.key()
     }
 
     /// Puts `key` in node `i` and returns what was there.
@@ -142,7 +158,7 @@ impl<K, T> Nodes<K, T> {
     /// No lease on node `i`'s key is alive: no [`KeyRef`] to it is read
     /// from now on.
     pub(crate) unsafe fn replace_key(&mut self, i: usize, key: Option<K>) -> Option<K> {
-        let slot = self.slot(i).expect("a node in range");
+        let SlotRef(slot) = self.slot(i).expect("a node in range");
         // SAFETY: `&mut self` excludes every reference made by `key`, and
         // the caller excludes every lease's; the write goes through the
         // cell.
@@ -152,6 +168,25 @@ impl<K, T> Nodes<K, T> {
     /// The nodes in order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = &T> {
         self.chunks.iter().flatten().map(|s| &s.node)
+    }
+}
+
+/// A node and its key, as [`Nodes::slot`] found them.
+pub(crate) struct SlotRef<'a, K, T>(&'a Slot<K, T>);
+
+impl<'a, K, T> SlotRef<'a, K, T> {
+    #[inline]
+    pub(crate) fn node(&self) -> &'a T {
+        &self.0.node
+    }
+
+    /// The key, if the node holds one.
+    #[inline]
+    pub(crate) fn key(&self) -> Option<&'a K> {
+        // SAFETY: the key is written only by `replace_key`, which needs
+        // `&mut Nodes` (so no reference made here is alive) and no lease on
+        // this key (so no `KeyRef` to it is read).
+        unsafe { (*self.0.key.get()).as_ref() }
     }
 }
 

@@ -47,7 +47,7 @@ use crate::ordering::Ordering;
 use crate::prefetch::SharedLayout;
 use crate::shard::{self, Marks, Shard};
 use crate::state::{Counters, Effects, MAX_DELAY, Popped, Refused, State, When};
-use crate::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst, fence};
+use crate::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Acquire, Ordering::SeqCst, fence};
 use crate::sync::{Arc, Mutex, MutexGuard, Notify};
 use crate::throttle::Throttle;
 use crate::waiters::{Found, WaiterId, Waiters, WakeList};
@@ -340,8 +340,7 @@ impl<K, O: Ordering<K>> Shared<K, O> {
 
     /// Whether a timer task runs (see [`crate::timer::ensure_running`]).
     pub(crate) fn timer_running(&self) -> bool {
-        self.timer_alive
-            .load(crate::sync::atomic::Ordering::Acquire)
+        self.timer_alive.load(Acquire)
     }
 
     /// Whether a shutdown has begun: every add from now on is refused.

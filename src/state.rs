@@ -478,7 +478,11 @@ impl<K: Eq + Hash, O: Ordering<K>> State<K, O> {
         let nodes = &self.nodes;
         let entry = self.index.entry(
             wide(h),
-            |&i| nodes[i as usize].hash == h && nodes.key(i as usize) == Some(&key),
+            |&i| {
+                nodes
+                    .slot(i as usize)
+                    .is_some_and(|s| s.node().hash == h && s.key() == Some(&key))
+            },
             |&i| wide(nodes[i as usize].hash),
         );
         let vacant = match entry {
@@ -1071,20 +1075,18 @@ impl<K, O: Ordering<K>> State<K, O> {
             lease = t.leases.start(now.unwrap_or_else(Instant::now));
         }
         self.leased += 1;
-        let node = &mut self.nodes[slot as usize];
+        let (node, key) = self
+            .nodes
+            .get_mut_with_key(slot as usize)
+            .expect("a popped slot in range");
         node.place = Place::Leased;
-        let (hash, priority) = (node.hash, node.priority);
         // The lease end will look the key up to free it: start fetching its
         // index group now, while the worker runs outside the lock.
-        self.layout.prefetch(wide(hash));
-        let key = self
-            .nodes
-            .key(slot as usize)
-            .expect("live node without a key");
+        self.layout.prefetch(wide(node.hash));
         Some(Popped {
             slot,
-            key: KeyRef::new(key),
-            priority,
+            key: KeyRef::new(key.expect("live node without a key")),
+            priority: node.priority,
             ready_at,
             lease,
         })

@@ -43,16 +43,15 @@ const WHEEL_REFRESH: Duration = Duration::from_secs(30 * 24 * 60 * 60);
 pub(crate) fn ensure_running<K: Key, O: Ordering<K>>(
     shared: &Arc<Shared<K, O>>,
 ) -> Result<(), AddError> {
-    // Every delayed add asks this. The task's own state says whether it
-    // still runs, but the handle to it sits behind a lock that every
-    // producer of delays would take, and its state's line is written by
-    // the task whenever it runs: the flag, written only as a task starts
-    // and ends, answers first.
+    // Every delayed add asks this. The flag, written only as a task starts
+    // and ends, answers without the lock (which every producer of delays
+    // would take) and without the task's own state (whose line the task
+    // writes whenever it runs). The lock only keeps two starts apart.
     if shared.timer_running() {
         return Ok(());
     }
     let mut task = shared.timer_task.lock();
-    if running(&task) {
+    if shared.timer_running() {
         return Ok(());
     }
     let handle = crate::clock::timed_handle()?;
@@ -63,16 +62,17 @@ pub(crate) fn ensure_running<K: Key, O: Ordering<K>>(
     }
     let epoch = shared.epoch();
     // Set before the spawn: the task clears it when it ends, or when it is
-    // dropped unpolled (its runtime shut down), which may come first.
+    // dropped unpolled (its runtime shut down), which may come first. A
+    // task whose flag is clear has made its last round, so a start then
+    // (`task` still names it) is safe: the delays go to the new task.
     shared.timer_alive.store(true, Release);
     let alive = Alive(Arc::downgrade(shared));
-    let queue = Arc::downgrade(shared);
     // Unconstrained: tokio's co-operative budget would otherwise cut a burst
     // of keys due in one millisecond into pieces, and the wheel hands those
     // out last-in first, so only a whole burst can be put back in order.
     let spawned = handle.spawn(tokio::task::unconstrained(async move {
-        let _alive = alive;
-        run(queue, epoch).await;
+        run(&alive.0, epoch).await;
+        drop(alive);
     }));
     *task = Some(spawned.abort_handle());
     Ok(())
@@ -89,11 +89,6 @@ impl<K, O: Ordering<K>> Drop for Alive<K, O> {
             shared.timer_alive.store(false, Release);
         }
     }
-}
-
-/// Whether `task`, a queue's timer task if it started one, still runs.
-pub(crate) fn running(task: &Option<tokio::task::AbortHandle>) -> bool {
-    task.as_ref().is_some_and(|t| !t.is_finished())
 }
 
 /// Entries a buffer keeps room for between rounds.
@@ -165,7 +160,7 @@ impl Wheel {
 /// set, whatever their shards), then takes every shard's new delays. If a
 /// shard asks for a fresh wheel, every shard sends all its live delays
 /// again, since dropping the wheel drops them all.
-async fn run<K: Key, O: Ordering<K>>(queue: Weak<Shared<K, O>>, epoch: Instant) {
+async fn run<K: Key, O: Ordering<K>>(queue: &Weak<Shared<K, O>>, epoch: Instant) {
     let mut wheel = Wheel::new();
     poll_fn(|cx| {
         loop {

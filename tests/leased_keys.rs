@@ -12,17 +12,23 @@
 
 use std::time::Duration;
 
-use tokio_workqueue::WorkQueue;
+use tokio_workqueue::{WorkItem, WorkQueue};
 
 fn key(i: usize) -> String {
     format!("namespace-{}/object-{i}", i % 7)
 }
 
-#[tokio::test]
-async fn a_leased_key_stays_readable_while_the_queue_grows_around_it() {
+/// A queue and a lease on its first key, `key(0)`.
+async fn leased_first() -> (WorkQueue<String>, WorkItem<String>) {
     let q = WorkQueue::new();
     q.add(key(0)).unwrap();
     let item = q.get().await.unwrap();
+    (q, item)
+}
+
+#[tokio::test]
+async fn a_leased_key_stays_readable_while_the_queue_grows_around_it() {
+    let (q, item) = leased_first().await;
     // Every shard grows through many chunks of nodes.
     for i in 1..50_000 {
         q.add(key(i)).unwrap();
@@ -53,9 +59,7 @@ async fn a_leased_key_stays_readable_while_the_queue_grows_around_it() {
 
 #[tokio::test]
 async fn a_leased_key_stays_readable_through_a_shutdown_that_drops_the_rest() {
-    let q = WorkQueue::new();
-    q.add(key(0)).unwrap();
-    let item = q.get().await.unwrap();
+    let (q, item) = leased_first().await;
     for i in 1..5_000 {
         q.add_after(key(i), Duration::from_secs(60)).unwrap();
     }

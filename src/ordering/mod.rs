@@ -289,11 +289,11 @@ impl<'a, K, E> Queued<'a, K, E> {
     /// The key.
     #[inline]
     pub fn key(&self, h: Handle) -> &K {
-        self.node(h);
-        match self.nodes.key(h.index()) {
-            Some(key) => key,
-            None => not_ready(h),
-        }
+        self.nodes
+            .slot(h.index())
+            .filter(|s| matches!(s.node().place, Place::Ready(_)))
+            .and_then(|s| s.key())
+            .unwrap_or_else(|| not_ready(h))
     }
 
     /// The key's priority: the highest it was added with since it last
