@@ -238,6 +238,16 @@ impl<K: Key, O: Ordering<K>> WorkQueue<K, O> {
     /// key is ready, if another thread holds the lock of that key's shard
     /// right then: rather than park its thread on the lock, it wakes its
     /// own task and takes the key at its next poll.
+    ///
+    /// Taking a key spends one unit of tokio's
+    /// [co-operative budget](tokio::task::coop), as receiving from a tokio
+    /// channel does (the stream's `poll_next` too). So a consumer that
+    /// always finds a key, say one whose reconcile requeues its key at once,
+    /// still yields to the other tasks of its thread every so often (128
+    /// keys in tokio 1.x) instead of holding the thread until the queue is
+    /// empty; a `get` whose task has spent its budget is pending and wakes
+    /// its task at once. [`tokio::task::coop::unconstrained`] opts a consumer
+    /// out. Outside a tokio task the budget is not counted.
     pub async fn get(&self) -> Option<WorkItem<K, O>> {
         Get {
             shared: &self.shared,

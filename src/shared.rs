@@ -178,6 +178,7 @@ impl<K: Key, O: Ordering<K>> Holder<K, O> {
     ) -> Poll<Option<WorkItem<K, O>>> {
         // The queue behind the holder, reached once.
         let queue: &Shared<K, O> = self;
+        let coop = ready!(tokio::task::coop::poll_proceed(cx));
         // A consumer that finds nothing looks once more before it
         // registers: that gives a producer on another thread a moment to
         // add, which is much cheaper than a wake-up through the scheduler.
@@ -219,6 +220,7 @@ impl<K: Key, O: Ordering<K>> Holder<K, O> {
             match queue.pop(now, false) {
                 Taken::Key(i, popped) => {
                     wait.permit = false;
+                    coop.made_progress();
                     return Poll::Ready(Some(self.item(i, popped, now)));
                 }
                 Taken::Busy => {
@@ -228,6 +230,7 @@ impl<K: Key, O: Ordering<K>> Holder<K, O> {
                 Taken::Empty => {}
             }
             if queue.is_closed() {
+                coop.made_progress();
                 return Poll::Ready(None);
             }
             if std::mem::take(&mut second_look) {
