@@ -37,6 +37,8 @@
 
 use std::time::Duration;
 
+#[path = "workloads/cores.rs"]
+mod cores;
 #[path = "workloads/go_peers.rs"]
 mod go_peers;
 #[path = "workloads/harness.rs"]

@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use crate::report::Report;
 use crate::settings::Config;
+use crate::{cores, harness};
 
 /// The Go queues, in the order their runs take turns.
 pub const IMPLS: [&str; 4] = [
@@ -137,8 +138,10 @@ impl GoPeers {
             return;
         };
         for imp in selected {
+            let round_trip = cores::round_trip_ns();
             match program.run(imp, go, verify) {
-                Ok(figures) => {
+                Ok(mut figures) => {
+                    figures.extend(round_trip.map(|ns| (harness::ROUND_TRIP, ns)));
                     if cfg.verbose {
                         eprintln!("  {workload} {imp} run {run}: {figures:?}");
                     }
@@ -196,12 +199,22 @@ impl GoPeers {
         let ratio = |a: Option<f64>, b: Option<f64>| Some(a? / b?);
         let pa = |imp: &str| m(imp, "W2", "processed/adds").unwrap_or(f64::NAN);
         let drain = |imp: &str| m(imp, "W2", "drain ms after last add").unwrap_or(f64::NAN);
+        // The machine's core-to-core round trip before each side's runs
+        // (see `cores.rs`): a ratio of runs made at very different round
+        // trips is a ratio of machines as much as of queues.
+        let trips = |w: &str| match (
+            m(c, w, harness::ROUND_TRIP),
+            m(CLIENT_GO, w, harness::ROUND_TRIP),
+        ) {
+            (Some(a), Some(b)) => format!("; core round trip {a:.0} vs {b:.0} ns"),
+            _ => String::new(),
+        };
         // (what, ratio, target, what to print beside it)
         let mut targets = vec![(
             "W1 items/s vs client-go".to_string(),
             ratio(m(c, "W1", "items/s"), m(CLIENT_GO, "W1", "items/s")),
             1.5,
-            String::new(),
+            trips("W1"),
         )];
         let with_metrics = ratio(
             m(rust_metrics, "W1", "items/s"),
@@ -228,9 +241,10 @@ impl GoPeers {
             ratio(m(c, "W2", "adds/s"), m(CLIENT_GO, "W2", "adds/s")),
             1.0,
             format!(
-                "; processed/adds {:.3} vs client-go {:.3}",
+                "; processed/adds {:.3} vs client-go {:.3}{}",
                 pa(c),
-                pa(CLIENT_GO)
+                pa(CLIENT_GO),
+                trips("W2")
             ),
         ));
         for (what, r, want, beside) in targets {
@@ -249,7 +263,7 @@ impl GoPeers {
                     m(c, "W1-100k", "items/s"),
                     m(CLIENT_GO, "W1-100k", "items/s"),
                 ),
-                String::new(),
+                trips("W1-100k"),
             ),
             (
                 format!("W1 items/s vs {PQ}"),

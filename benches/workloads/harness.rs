@@ -8,10 +8,10 @@ use std::sync::{Arc, OnceLock};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::go_peers;
 use crate::report::Report;
 use crate::settings::{CONSUMERS, Config, runtime};
 use crate::subjects::{Adder, Subject};
+use crate::{cores, go_peers};
 
 /// Counts processings down to zero and remembers when it got there.
 pub struct Countdown {
@@ -167,6 +167,10 @@ pub fn repeat(
 
 /// [`repeat`], and after each round of the subjects' runs, a run of each Go
 /// peer on `go`.
+/// The figure beside each run of a workload with Go peers: the machine's
+/// core-to-core round trip right before it (see `cores.rs`).
+pub const ROUND_TRIP: &str = "core round trip ns";
+
 pub fn repeat_with_go(
     cfg: &Config,
     report: &mut Report,
@@ -185,7 +189,9 @@ pub fn repeat_with_go(
             if !cfg.runs_impl(&subject.name()) {
                 continue;
             }
-            let figures = one(subject, warm_up || cfg.quick);
+            let round_trip = cores::round_trip_ns();
+            let mut figures = one(subject, warm_up || cfg.quick);
+            figures.extend(round_trip.map(|ns| (ROUND_TRIP, ns)));
             if cfg.verbose {
                 eprintln!("  {workload} {} run {run}: {figures:?}", subject.name());
             }

@@ -31,6 +31,9 @@
 // The shared files also hold what only the queue crate's benchmark uses
 // (mpsc, W4, W5, W7, the Go peers' runs).
 #[allow(dead_code)]
+#[path = "../../benches/workloads/cores.rs"]
+mod cores;
+#[allow(dead_code)]
 #[path = "../../benches/workloads/go_peers.rs"]
 mod go_peers;
 #[allow(dead_code)]

@@ -1,0 +1,88 @@
+//! How long a cache line takes to go from one core to another and back,
+//! measured right before a run, so a table says what the machine was like
+//! when each subject ran.
+//!
+//! On the 2-vCPU VMs these benchmarks run on, the answer is not a constant
+//! of the machine: the hypervisor moves the vCPUs between physical cores,
+//! and a round trip was seen to go from about 90 ns to about 420 ns and
+//! back within seconds (same VM, same minute). A queue whose items cross
+//! between cores a few times each (every queue shared by producers and
+//! consumers on two threads does) slows down with it several times over,
+//! one that keeps most of its work on one core barely. A ratio between two
+//! subjects means something only if both ran at about the same round trip;
+//! the rows of this figure show whether they did.
+//!
+//! Two threads pass a counter back and forth on one cache line; with fewer
+//! than two CPUs there is nothing to measure (each pass would be a context
+//! switch) and the figure is left out.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Round trips per measurement, in chunks of `CHUNK`, and the longest a
+/// measurement may take (a loaded machine can deschedule the other thread).
+const TRIPS: u64 = 20_000;
+const CHUNK: u64 = 500;
+const BOUND: Duration = Duration::from_millis(100);
+
+/// A counter alone on its cache line.
+#[repr(align(128))]
+struct Line(AtomicU64);
+
+/// Nanoseconds per core-to-core round trip, or `None` with fewer than two
+/// CPUs or when the other thread did not answer within the bound.
+pub fn round_trip_ns() -> Option<f64> {
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        return None;
+    }
+    let line = Arc::new(Line(AtomicU64::new(0)));
+    let other = {
+        let line = line.clone();
+        std::thread::spawn(move || {
+            // Answers each odd value with the next even one, until u64::MAX
+            // (which the measuring side stores however it ends).
+            let mut expect = 1;
+            loop {
+                let v = line.0.load(Ordering::Acquire);
+                if v == u64::MAX {
+                    return;
+                }
+                if v == expect {
+                    line.0.store(v + 1, Ordering::Release);
+                    expect += 2;
+                }
+                std::hint::spin_loop();
+            }
+        })
+    };
+    // Timed in chunks, and the median chunk kept: a chunk in which either
+    // thread was descheduled (another process, the last run's threads going
+    // away) says nothing about the line's trip and is left out that way.
+    let start = Instant::now();
+    let mut chunks = Vec::with_capacity((TRIPS / CHUNK) as usize);
+    let mut i = 0;
+    'chunks: while i < TRIPS {
+        let chunk = Instant::now();
+        for _ in 0..CHUNK {
+            line.0.store(2 * i + 1, Ordering::Release);
+            let mut spins = 0u32;
+            while line.0.load(Ordering::Acquire) != 2 * i + 2 {
+                spins = spins.wrapping_add(1);
+                if spins.is_multiple_of(4096) && start.elapsed() > BOUND {
+                    break 'chunks;
+                }
+                std::hint::spin_loop();
+            }
+            i += 1;
+        }
+        chunks.push(chunk.elapsed().as_nanos() as f64 / CHUNK as f64);
+    }
+    line.0.store(u64::MAX, Ordering::Release);
+    let _ = other.join();
+    if i < TRIPS {
+        return None;
+    }
+    chunks.sort_by(f64::total_cmp);
+    Some(chunks[chunks.len() / 2])
+}
