@@ -80,15 +80,21 @@ fn main() {
     let mut report = Report::default();
     let metrics = Crate {
         metrics: true,
-        bound: None,
-        ordering: Order::Default,
+        ..CRATE
+    };
+    // The consumers as the docs run them, in one task: beside the spawned
+    // consumers on the workloads the Go peers run too.
+    let one_task = Crate {
+        one_task: true,
+        ..CRATE
     };
     let all: [&dyn Subject; 2] = [&CRATE, &Mpsc];
-    let with_metrics: [&dyn Subject; 3] = [&CRATE, &metrics, &Mpsc];
+    let both_ways: [&dyn Subject; 3] = [&CRATE, &one_task, &Mpsc];
+    let with_metrics: [&dyn Subject; 4] = [&CRATE, &one_task, &metrics, &Mpsc];
     let n = cfg.n(1_000_000);
     w1::w1(&cfg, &mut report, "W1", n, &with_metrics);
-    w1::w1(&cfg, &mut report, "W1-100k", n / 10, &all);
-    w2::w2(&cfg, &mut report, &all);
+    w1::w1(&cfg, &mut report, "W1-100k", n / 10, &both_ways);
+    w2::w2(&cfg, &mut report, &both_ways);
     w3::w3(&cfg, &mut report, &all);
     w4::w4(&cfg, &mut report, &all);
     let window = if cfg.quick {
@@ -97,14 +103,12 @@ fn main() {
         Duration::from_secs(2)
     };
     let bounded = Crate {
-        metrics: false,
         bound: Some(Some(W5_BOUND)),
-        ordering: Order::Default,
+        ..CRATE
     };
     let strict = Crate {
-        metrics: false,
         bound: Some(None),
-        ordering: Order::Default,
+        ..CRATE
     };
     w5::w5(&cfg, &mut report, window, &[&bounded, &strict]);
     let fair = Crate {

@@ -202,13 +202,14 @@ impl GoPeers {
         // The machine's core-to-core round trip before each side's runs
         // (see `cores.rs`): a ratio of runs made at very different round
         // trips is a ratio of machines as much as of queues.
-        let trips = |w: &str| match (
-            m(c, w, harness::ROUND_TRIP),
+        let trips_of = |ours: &str, w: &str| match (
+            m(ours, w, harness::ROUND_TRIP),
             m(CLIENT_GO, w, harness::ROUND_TRIP),
         ) {
             (Some(a), Some(b)) => format!("; core round trip {a:.0} vs {b:.0} ns"),
             _ => String::new(),
         };
+        let trips = |w: &str| trips_of(c, w);
         // (what, ratio, target, what to print beside it)
         let mut targets = vec![(
             "W1 items/s vs client-go".to_string(),
@@ -255,8 +256,34 @@ impl GoPeers {
                 ));
             }
         }
+        // The consumers in one task, as the crate's docs run them
+        // (`for_each_concurrent`), beside the targets' spawned consumers.
+        let one = "tokio-workqueue[for_each_concurrent]";
         // Beside the targets, without a verdict of their own.
         let notes = [
+            (
+                "W1 items/s, consumers in one task (for_each_concurrent), vs client-go".to_string(),
+                ratio(m(one, "W1", "items/s"), m(CLIENT_GO, "W1", "items/s")),
+                trips_of(one, "W1"),
+            ),
+            (
+                "W1-100k items/s, consumers in one task, vs client-go".to_string(),
+                ratio(
+                    m(one, "W1-100k", "items/s"),
+                    m(CLIENT_GO, "W1-100k", "items/s"),
+                ),
+                trips_of(one, "W1-100k"),
+            ),
+            (
+                "W2 adds/s, consumers in one task, vs client-go".to_string(),
+                ratio(m(one, "W2", "adds/s"), m(CLIENT_GO, "W2", "adds/s")),
+                format!(
+                    "; processed/adds {:.3} vs {:.3}{}",
+                    pa(one),
+                    pa(CLIENT_GO),
+                    trips_of(one, "W2")
+                ),
+            ),
             (
                 "W1-100k items/s vs client-go".to_string(),
                 ratio(

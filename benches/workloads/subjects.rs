@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
+use futures::StreamExt;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_workqueue::ordering::Ordering as QueueOrdering;
@@ -65,6 +66,10 @@ pub struct Crate {
     pub metrics: bool,
     pub bound: Option<Option<Duration>>,
     pub ordering: Order,
+    /// The consumers as the crate's docs run them, in one task
+    /// (`queue.for_each_concurrent(consumers, ..)`), rather than one
+    /// spawned task each.
+    pub one_task: bool,
 }
 
 /// The orderings the workloads run.
@@ -81,6 +86,7 @@ pub const CRATE: Crate = Crate {
     metrics: false,
     bound: None,
     ordering: Order::Default,
+    one_task: false,
 };
 
 /// A key's namespace: its tenant under fair share.
@@ -143,6 +149,9 @@ impl Subject for Crate {
             Order::Fifo => name += "[fifo]",
             Order::FairByNamespace => name += "[fair=namespace]",
         }
+        if self.one_task {
+            name += "[for_each_concurrent]";
+        }
         name
     }
 
@@ -159,37 +168,63 @@ impl Subject for Crate {
             builder = builder.starvation_bound(bound);
         }
         match self.ordering {
-            Order::Default => start_queue(builder.build(), consumers, work),
-            Order::Fifo => start_queue(builder.ordering(Fifo::new()).build(), consumers, work),
+            Order::Default => start_queue(builder.build(), consumers, self.one_task, work),
+            Order::Fifo => start_queue(
+                builder.ordering(Fifo::new()).build(),
+                consumers,
+                self.one_task,
+                work,
+            ),
             Order::FairByNamespace => start_queue(
                 builder.ordering(fair_by_namespace()).build(),
                 consumers,
+                self.one_task,
                 work,
             ),
         }
     }
 }
 
-/// Starts `consumers` consumers of `queue` that run `work` on each key.
+/// Starts `consumers` consumers of `queue` that run `work` on each key: a
+/// spawned task each, or with `one_task` all in one task, as
+/// `for_each_concurrent` runs them (at most `consumers` keys leased at a
+/// time, polled by one task, so on one worker thread at a time).
 pub fn start_queue<O: QueueOrdering<String>>(
     queue: WorkQueue<String, O>,
     consumers: usize,
+    one_task: bool,
     work: Work,
 ) -> Running {
-    let handles = (0..consumers)
-        .map(|_| {
-            let (queue, work) = (queue.clone(), work.clone());
-            tokio::spawn(async move {
-                let mut n = 0;
-                while let Some(item) = queue.get().await {
+    let handles = if one_task {
+        let (queue, work) = (queue.clone(), work.clone());
+        vec![tokio::spawn(async move {
+            let mut n = 0;
+            queue
+                .for_each_concurrent(consumers, |item| {
                     work(item.key());
                     n += 1;
                     // Dropping `item` marks the key done.
-                }
-                n
+                    std::future::ready(())
+                })
+                .await;
+            n
+        })]
+    } else {
+        (0..consumers)
+            .map(|_| {
+                let (queue, work) = (queue.clone(), work.clone());
+                tokio::spawn(async move {
+                    let mut n = 0;
+                    while let Some(item) = queue.get().await {
+                        work(item.key());
+                        n += 1;
+                        // Dropping `item` marks the key done.
+                    }
+                    n
+                })
             })
-        })
-        .collect();
+            .collect()
+    };
     let drain_queue = queue.clone();
     Running {
         adder: Arc::new(queue),

@@ -12,8 +12,7 @@ pub type Line = (String, Option<bool>);
 pub fn metrics_name() -> String {
     Crate {
         metrics: true,
-        bound: None,
-        ordering: Order::Default,
+        ..CRATE
     }
     .name()
 }
@@ -44,15 +43,13 @@ pub fn queue(report: &Report) -> Vec<Line> {
     let m = |imp: &str, w: &str, f: &str| report.median(imp, w, f);
     let metrics = metrics_name();
     let bound_on = Crate {
-        metrics: false,
         bound: Some(Some(W5_BOUND)),
-        ordering: Order::Default,
+        ..CRATE
     }
     .name();
     let bound_off = Crate {
-        metrics: false,
         bound: Some(None),
-        ordering: Order::Default,
+        ..CRATE
     }
     .name();
     let c = "tokio-workqueue";
