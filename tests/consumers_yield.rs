@@ -80,3 +80,25 @@ fn a_stream_consumer_that_always_finds_a_key_yields_to_other_tasks() {
         "the other task ran only after the consumer had taken {taken} keys"
     );
 }
+
+#[test]
+fn a_run_loop_whose_jobs_always_requeue_yields_to_other_tasks() {
+    let taken = taken_before_the_other_task_runs(|queue, other_ran, taken| async move {
+        let stop = queue.clone();
+        queue
+            .run(4, move |item| {
+                let n = taken.fetch_add(1, SeqCst) + 1;
+                if other_ran.load(SeqCst) || n >= LIMIT {
+                    stop.shutdown();
+                } else {
+                    item.requeue().expect("open");
+                }
+                std::future::ready(())
+            })
+            .await;
+    });
+    assert!(
+        taken < 1_000,
+        "the other task ran only after the loop had taken {taken} keys"
+    );
+}
