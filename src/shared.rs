@@ -338,6 +338,17 @@ impl<K, O: Ordering<K>> Shared<K, O> {
         self.counters.epoch()
     }
 
+    /// The shards that set delays since the timer task last asked (one bit
+    /// each), cleared.
+    pub(crate) fn take_timer_work(&self) -> u64 {
+        self.counters.take_timer_work()
+    }
+
+    /// Whether a shard set delays since the timer task last asked.
+    pub(crate) fn has_timer_work(&self) -> bool {
+        self.counters.has_timer_work()
+    }
+
     /// The shard `key` goes to.
     pub(crate) fn shard_of_key(&self, key: &K) -> usize
     where

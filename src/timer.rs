@@ -13,7 +13,10 @@
 //! so it never outlives it; it also ends at shutdown, dropping every timer,
 //! or after the delays a drain kept have fired.
 //! An idle wheel costs nothing: the task sleeps until the earliest deadline,
-//! and the first new delay since its last round wakes it.
+//! and the first shard to get new delays since the task's last round wakes
+//! it; the round then locks only the shards that got some, so a producer
+//! setting many delays shares its shards' locks with the task as little as
+//! it can.
 
 use crate::Key;
 use std::future::poll_fn;
@@ -157,11 +160,18 @@ impl Wheel {
 /// A round fires the expired entries in their order, taking each entry's
 /// shard's lock as the entries go from shard to shard (so keys due in one
 /// millisecond are made ready, and numbered, in the order their delays were
-/// set, whatever their shards), then takes every shard's new delays. If a
-/// shard asks for a fresh wheel, every shard sends all its live delays
-/// again, since dropping the wheel drops them all.
+/// set, whatever their shards), then takes the new delays of the shards
+/// that marked themselves as having some (every shard in the first round,
+/// which leaves the task's waker with each, and while shutting down, when
+/// each shard says whether it is done). If a shard asks for a fresh wheel,
+/// every shard sends all its live delays again, since dropping the wheel
+/// drops them all. Before it sleeps the task looks at the marks once more:
+/// a shard marked during the first round, before that round left it the
+/// task's waker, could not wake the task, and its delays would otherwise
+/// wait for the wheel's next deadline.
 async fn run<K: Key, O: Ordering<K>>(queue: &Weak<Shared<K, O>>, epoch: Instant) {
     let mut wheel = Wheel::new();
+    let mut first_round = true;
     poll_fn(|cx| {
         loop {
             let Some(shared) = queue.upgrade() else {
@@ -178,9 +188,15 @@ async fn run<K: Key, O: Ordering<K>>(queue: &Weak<Shared<K, O>>, epoch: Instant)
             }
             drop(expired);
             let mut fresh = false;
-            let mut done = true;
+            let marked = shared.take_timer_work();
+            let every = std::mem::take(&mut first_round) || shared.is_shutting_down();
+            // Done only when every shard says so.
+            let mut done = every;
             let mut taken = std::mem::take(&mut wheel.incoming);
-            for shard in shared.shards.iter() {
+            for (i, shard) in shared.shards.iter().enumerate() {
+                if !every && marked & (1 << (i % 64)) == 0 {
+                    continue;
+                }
                 let mut st = shard.state.lock();
                 fresh |= st.take_delays(cx.waker(), &mut wheel.spare);
                 done &= st.timers_done();
@@ -218,6 +234,13 @@ async fn run<K: Key, O: Ordering<K>>(queue: &Weak<Shared<K, O>>, epoch: Instant)
                 wheel.expired.push((deadline, expired.into_inner()));
             }
             if wheel.expired.is_empty() {
+                if queue.upgrade().is_some_and(|q| q.has_timer_work()) {
+                    // Another round, after the thread's other tasks: a
+                    // producer marking shards all along would otherwise
+                    // keep this loop from ever yielding.
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
                 // A burst's worth of room is not kept.
                 wheel.expired.shrink_to(KEEP_CAPACITY);
                 return Poll::Pending;
