@@ -211,6 +211,12 @@ impl Counters {
     /// was marked before, in which case the caller wakes the task.
     fn ask_timer(&self, shard: u32) -> bool {
         let bit = 1u64 << (shard % 64);
+        // Already marked: the task will take this shard's delays, and the
+        // word's line is only read. (A `fetch_or` whose result is used is a
+        // compare-and-swap loop on x86.)
+        if self.timer_work.0.load(AtomicOrdering::Acquire) & bit != 0 {
+            return false;
+        }
         self.timer_work.0.fetch_or(bit, AtomicOrdering::AcqRel) == 0
     }
 

@@ -166,9 +166,10 @@ impl Wheel {
 /// each shard says whether it is done). If a shard asks for a fresh wheel,
 /// every shard sends all its live delays again, since dropping the wheel
 /// drops them all. Before it sleeps the task looks at the marks once more:
-/// a shard marked during the first round, before that round left it the
-/// task's waker, could not wake the task, and its delays would otherwise
-/// wait for the wheel's next deadline.
+/// a shard marked during the first round before that round reached it had
+/// no waker to wake the task with, and its bit, left set, would keep every
+/// later mark (of any shard) from waking the task until the wheel's next
+/// deadline, which may be far off.
 async fn run<K: Key, O: Ordering<K>>(queue: &Weak<Shared<K, O>>, epoch: Instant) {
     let mut wheel = Wheel::new();
     let mut first_round = true;

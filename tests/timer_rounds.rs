@@ -1,12 +1,11 @@
 //! The timer task takes new delays only from the shards that marked
 //! themselves as having some, and only the first shard to mark itself since
 //! the task's last round wakes it. These tests set delays in every shard from
-//! several threads at once, from the moment the timer task starts (when no
-//! shard has its waker yet), and check on their own record that every
-//! delayed key comes out.
+//! two threads at once, from the moment the timer task starts (when no
+//! shard has its waker yet), and after the task's first round, and check on
+//! their own record that every delayed key comes out.
 
 use std::collections::HashSet;
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_workqueue::WorkQueue;
@@ -15,7 +14,7 @@ use tokio_workqueue::WorkQueue;
 const PER_PRODUCER: u32 = 5_000;
 const PRODUCERS: u32 = 3;
 
-/// Sets delays of 0 to 2 ms on distinct keys from `PRODUCERS` tasks of a
+/// Sets delays of 1 to 3 ms on distinct keys from `PRODUCERS` tasks of a
 /// 2-worker runtime while one consumer takes them; returns the keys taken,
 /// or the count taken when it gave up waiting (a lost delay).
 fn delayed_keys_from_threads(rounds_apart: Option<Duration>) -> Result<HashSet<u32>, usize> {
@@ -50,7 +49,7 @@ fn delayed_keys_from_threads(rounds_apart: Option<Duration>) -> Result<HashSet<u
                 tokio::spawn(async move {
                     for i in 0..PER_PRODUCER {
                         let key = p * PER_PRODUCER + i;
-                        let delay = Duration::from_micros(u64::from(key % 3) * 1_000);
+                        let delay = Duration::from_micros(u64::from(key % 3 + 1) * 1_000);
                         queue.add_after(key, delay).expect("open");
                         if let Some(pause) = rounds_apart
                             && i % 500 == 0
@@ -69,7 +68,7 @@ fn delayed_keys_from_threads(rounds_apart: Option<Duration>) -> Result<HashSet<u
 }
 
 #[test]
-fn delays_set_in_every_shard_from_three_threads_all_come_out() {
+fn delays_set_in_every_shard_by_three_tasks_on_two_threads_all_come_out() {
     for _ in 0..5 {
         let seen = delayed_keys_from_threads(None).expect("every delayed key comes out");
         assert_eq!(seen.len(), (PER_PRODUCER * PRODUCERS) as usize);
@@ -87,8 +86,11 @@ fn delays_set_in_bursts_with_idle_timer_rounds_between_all_come_out() {
     }
 }
 
+/// After the task's first round (one delay, fired), delays in every shard
+/// of a queue of 1 and of 64 shards (the last bit of the word included)
+/// all come out.
 #[test]
-fn a_queue_of_one_shard_and_one_of_sixty_four_take_delays_alike() {
+fn after_the_first_round_delays_in_every_shard_of_one_or_sixty_four_come_out() {
     for shards in [1, 64] {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_time()
@@ -97,13 +99,17 @@ fn a_queue_of_one_shard_and_one_of_sixty_four_take_delays_alike() {
             .expect("a runtime");
         rt.block_on(async {
             let queue: WorkQueue<u32> = WorkQueue::builder().shards(shards).build();
+            queue.add_after(u32::MAX, Duration::from_millis(1)).unwrap();
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            assert_eq!(*queue.get().await.unwrap(), u32::MAX);
+            let used: HashSet<usize> = (0..1_000u32).map(|k| queue.shard_of(&k)).collect();
+            assert_eq!(used.len(), shards, "1,000 keys fall in every shard");
             for key in 0..1_000u32 {
                 queue
-                    .add_after(key, Duration::from_millis(u64::from(key % 7)))
+                    .add_after(key, Duration::from_millis(u64::from(key % 7 + 1)))
                     .expect("open");
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
-            let queue = Arc::new(queue);
             let mut out = Vec::new();
             tokio::task::coop::unconstrained(async {
                 while let Some(item) = futures::FutureExt::now_or_never(queue.get()).flatten() {
