@@ -246,9 +246,10 @@ impl<K: Key, O: Ordering<K>> WorkQueue<K, O> {
     /// still yields to the other tasks of its thread every so often (128
     /// keys in tokio 1.x) instead of holding the thread until the queue is
     /// empty; a `get` whose task has spent its budget is pending, and the
-    /// task is polled again once the thread's other tasks had their turn. [`tokio::task::coop::unconstrained`] opts a consumer
-    /// out. Outside a tokio runtime (say under `futures::executor::block_on`)
-    /// the budget is not counted.
+    /// task is polled again once the thread's other tasks had their turn.
+    /// [`tokio::task::coop::unconstrained`] opts a consumer out. Outside a
+    /// tokio runtime (say under `futures::executor::block_on`) the budget
+    /// is not counted.
     pub async fn get(&self) -> Option<WorkItem<K, O>> {
         Get {
             shared: &self.shared,

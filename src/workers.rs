@@ -98,11 +98,12 @@ impl<K: Key, O: Ordering<K>> WorkQueue<K, O> {
     /// Like `for_each_concurrent`, the loop polls every job from the one
     /// task that awaits it, so the jobs share one thread at a time. For
     /// jobs that wait (on an API server, say) that is what you want: the
-    /// queue's hand-outs then stay on one core, which with many quick keys
-    /// beat consumers spread over cores whenever moving a cache line
+    /// queue's hand-outs then stay on one core, which, with many quick
+    /// keys, beat consumers spread over cores whenever moving a cache line
     /// between cores was slow (measured with `for_each_concurrent`, the
-    /// same shape: the crate README's Performance section). Jobs that compute for long should
-    /// `tokio::spawn` their work, or several loops run on spawned tasks.
+    /// same shape: the crate README's Performance section). Jobs that
+    /// compute for long should `tokio::spawn` their work, or several loops
+    /// run on spawned tasks.
     ///
     /// ```
     /// use std::sync::atomic::{AtomicU32, Ordering};
