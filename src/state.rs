@@ -179,6 +179,13 @@ pub(crate) struct Counters {
     timer_work: TimerWork,
 }
 
+/// Shard `shard`'s bit in [`Counters::timer_work`] (a queue has at most 64
+/// shards).
+#[inline]
+pub(crate) fn timer_bit(shard: usize) -> u64 {
+    1 << (shard % 64)
+}
+
 /// [`Counters::timer_work`], on a line of its own: delayed adds write it,
 /// and every add writes the numbers.
 #[derive(Debug)]
@@ -210,7 +217,7 @@ impl Counters {
     /// Marks `shard` as having delays for the timer task: whether no shard
     /// was marked before, in which case the caller wakes the task.
     fn ask_timer(&self, shard: u32) -> bool {
-        let bit = 1u64 << (shard % 64);
+        let bit = timer_bit(shard as usize);
         // Already marked: the task will take this shard's delays, and the
         // word's line is only read. (A `fetch_or` whose result is used is a
         // compare-and-swap loop on x86.)

@@ -30,7 +30,7 @@ use tokio_util::time::DelayQueue;
 use crate::error::AddError;
 use crate::ordering::Ordering;
 use crate::shared::Shared;
-use crate::state::TimerEntry;
+use crate::state::{TimerEntry, timer_bit};
 use crate::sync::atomic::Ordering::Release;
 
 /// How long an empty wheel may sit unpolled before an insert starts a fresh
@@ -195,7 +195,7 @@ async fn run<K: Key, O: Ordering<K>>(queue: &Weak<Shared<K, O>>, epoch: Instant)
             let mut done = every;
             let mut taken = std::mem::take(&mut wheel.incoming);
             for (i, shard) in shared.shards.iter().enumerate() {
-                if !every && marked & (1 << (i % 64)) == 0 {
+                if !every && marked & timer_bit(i) == 0 {
                     continue;
                 }
                 let mut st = shard.state.lock();
