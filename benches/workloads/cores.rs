@@ -20,6 +20,20 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+/// The figure beside each run: the round trip right before it.
+pub const ROUND_TRIP: &str = "core round trip ns";
+
+/// Runs `run` (one run of a subject, giving its figures) after measuring
+/// the round trip, which joins its figures when there is one.
+pub fn with_round_trip<E>(
+    run: impl FnOnce() -> Result<Vec<(&'static str, f64)>, E>,
+) -> Result<Vec<(&'static str, f64)>, E> {
+    let round_trip = round_trip_ns();
+    let mut figures = run()?;
+    figures.extend(round_trip.map(|ns| (ROUND_TRIP, ns)));
+    Ok(figures)
+}
+
 /// Round trips per measurement, in chunks of `CHUNK`, and the longest a
 /// measurement may take (a loaded machine can deschedule the other thread).
 const TRIPS: u64 = 20_000;

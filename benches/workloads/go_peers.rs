@@ -25,9 +25,9 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
+use crate::cores;
 use crate::report::Report;
 use crate::settings::Config;
-use crate::{cores, harness};
 
 /// The Go queues, in the order their runs take turns.
 pub const IMPLS: [&str; 4] = [
@@ -138,10 +138,8 @@ impl GoPeers {
             return;
         };
         for imp in selected {
-            let round_trip = cores::round_trip_ns();
-            match program.run(imp, go, verify) {
-                Ok(mut figures) => {
-                    figures.extend(round_trip.map(|ns| (harness::ROUND_TRIP, ns)));
+            match cores::with_round_trip(|| program.run(imp, go, verify)) {
+                Ok(figures) => {
                     if cfg.verbose {
                         eprintln!("  {workload} {imp} run {run}: {figures:?}");
                     }
@@ -203,8 +201,8 @@ impl GoPeers {
         // (see `cores.rs`): a ratio of runs made at very different round
         // trips is a ratio of machines as much as of queues.
         let trips_of = |ours: &str, w: &str| match (
-            m(ours, w, harness::ROUND_TRIP),
-            m(CLIENT_GO, w, harness::ROUND_TRIP),
+            m(ours, w, cores::ROUND_TRIP),
+            m(CLIENT_GO, w, cores::ROUND_TRIP),
         ) {
             (Some(a), Some(b)) => format!("; core round trip {a:.0} vs {b:.0} ns"),
             _ => String::new(),

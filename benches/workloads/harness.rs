@@ -2,6 +2,7 @@
 //! warm-up and timed runs of a workload with the implementations taking
 //! turns ([`repeat`]).
 
+use std::convert::Infallible;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -166,11 +167,8 @@ pub fn repeat(
 }
 
 /// [`repeat`], and after each round of the subjects' runs, a run of each Go
-/// peer on `go`.
-/// The figure beside each run of a workload with Go peers: the machine's
-/// core-to-core round trip right before it (see `cores.rs`).
-pub const ROUND_TRIP: &str = "core round trip ns";
-
+/// peer on `go`. Each run's figures include the machine's core-to-core round
+/// trip right before it (see `cores.rs`).
 pub fn repeat_with_go(
     cfg: &Config,
     report: &mut Report,
@@ -189,9 +187,8 @@ pub fn repeat_with_go(
             if !cfg.runs_impl(&subject.name()) {
                 continue;
             }
-            let round_trip = cores::round_trip_ns();
-            let mut figures = one(subject, warm_up || cfg.quick);
-            figures.extend(round_trip.map(|ns| (ROUND_TRIP, ns)));
+            let Ok::<_, Infallible>(figures) =
+                cores::with_round_trip(|| Ok(one(subject, warm_up || cfg.quick)));
             if cfg.verbose {
                 eprintln!("  {workload} {} run {run}: {figures:?}", subject.name());
             }
