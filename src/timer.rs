@@ -165,11 +165,11 @@ impl Wheel {
 /// which leaves the task's waker with each, and while shutting down, when
 /// each shard says whether it is done). If a shard asks for a fresh wheel,
 /// every shard sends all its live delays again, since dropping the wheel
-/// drops them all. Before it sleeps the task looks at the marks once more:
-/// a shard marked during the first round before that round reached it had
-/// no waker to wake the task with, and its bit, left set, would keep every
-/// later mark (of any shard) from waking the task until the wheel's next
-/// deadline, which may be far off.
+/// drops them all. After taking the delays the task looks at the marks
+/// once more: a shard marked during the first round before that round
+/// reached it had no waker to wake the task with, and its bit, left set,
+/// would keep every later mark (of any shard) from waking the task until
+/// the wheel's next deadline, which may be far off.
 async fn run<K: Key, O: Ordering<K>>(queue: &Weak<Shared<K, O>>, epoch: Instant) {
     let mut wheel = Wheel::new();
     let mut first_round = true;
@@ -216,6 +216,10 @@ async fn run<K: Key, O: Ordering<K>>(queue: &Weak<Shared<K, O>>, epoch: Instant)
                     taken.append(&mut wheel.spare);
                 }
             }
+            // Marks set since the swap: one set in the first round before
+            // the round reached its shard had no waker to wake the task
+            // with, so another round takes them.
+            let again = shared.has_timer_work();
             drop(shared);
             if done {
                 return Poll::Ready(());
@@ -235,7 +239,7 @@ async fn run<K: Key, O: Ordering<K>>(queue: &Weak<Shared<K, O>>, epoch: Instant)
                 wheel.expired.push((deadline, expired.into_inner()));
             }
             if wheel.expired.is_empty() {
-                if queue.upgrade().is_some_and(|q| q.has_timer_work()) {
+                if again {
                     // Another round, after the thread's other tasks: a
                     // producer marking shards all along would otherwise
                     // keep this loop from ever yielding.
