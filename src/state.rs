@@ -216,7 +216,7 @@ impl Counters {
 
     /// Marks `shard` as having delays for the timer task: whether no shard
     /// was marked before, in which case the caller wakes the task.
-    fn ask_timer(&self, shard: u32) -> bool {
+    fn mark_timer_work(&self, shard: u32) -> bool {
         let bit = timer_bit(shard as usize);
         // Already marked: the task will take this shard's delays, and the
         // word's line is only read. (A `fetch_or` whose result is used is a
@@ -959,7 +959,7 @@ impl<K, O: Ordering<K>> State<K, O> {
     /// are taken by the round that the first mark's wake-up, or the task's
     /// own look at the marks before it sleeps, brings about).
     fn ask_timer(&self, fx: &mut Effects) {
-        if self.counters.ask_timer(self.shard) && fx.timer_waker.is_none() {
+        if self.counters.mark_timer_work(self.shard) && fx.timer_waker.is_none() {
             fx.timer_waker = self.wake_timer();
         }
     }
