@@ -8,7 +8,7 @@
 //! and gives every event a [`Cause`]; both the watcher adapter and the
 //! controller choose priorities from it.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fmt;
 
 use kube_client::Resource;
@@ -87,6 +87,8 @@ struct Seen<Key> {
     /// key to keep (a key is several strings wide).
     key: Option<Box<Key>>,
     version: Version,
+    /// The number of the last list that showed the object.
+    list: u32,
 }
 
 /// Gives each watch event a [`Cause`], remembering per object the key it was
@@ -102,8 +104,13 @@ struct Seen<Key> {
 /// own reference).
 pub(crate) struct Triage<Key> {
     seen: HashMap<ObjectId, Seen<Key>>,
-    /// Objects listed since the last `Init`, while a list is in progress.
-    listing: Option<HashSet<ObjectId>>,
+    /// The number of the latest list (each `Init` starts the next); an
+    /// object it showed carries that number in its entry. A mark in the
+    /// entry rather than a set of the listed objects' identities, which
+    /// cost a copy of each identity, an allocation, for every list.
+    list: u32,
+    /// Whether a list is in progress (between `Init` and `InitDone`).
+    listing: bool,
     /// Whether a first list has completed.
     synced: bool,
     /// Whether objects a re-list no longer shows are reported.
@@ -117,7 +124,7 @@ impl<Key> fmt::Debug for Triage<Key> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Triage")
             .field("objects_seen", &self.seen.len())
-            .field("listing", &self.listing.as_ref().map(HashSet::len))
+            .field("listing", &self.listing)
             .field("synced", &self.synced)
             .field("relist_deletions", &self.relist_deletions)
             .finish()
@@ -128,7 +135,8 @@ impl<Key> Triage<Key> {
     pub(crate) fn new() -> Self {
         Triage {
             seen: HashMap::new(),
-            listing: None,
+            list: 0,
+            listing: false,
             synced: false,
             relist_deletions: true,
             keys_from_objects: false,
@@ -162,14 +170,13 @@ impl<Key: Clone + PartialEq> Triage<Key> {
         mut emit: impl FnMut(Key, Cause) -> bool,
     ) {
         match event {
-            Event::Init => self.listing = Some(HashSet::new()),
+            Event::Init => self.start_list(),
             Event::InitApply(object) => {
-                let id = object_id(&object);
-                self.listing
-                    .get_or_insert_with(HashSet::new)
-                    .insert(id.clone());
+                if !self.listing {
+                    self.start_list();
+                }
                 let initial = !self.synced;
-                self.apply(id, &object, initial, key_fn, emit);
+                self.apply(object_id(&object), &object, initial, true, key_fn, emit);
             }
             Event::Apply(object) => self.object(&object, false, key_fn, emit),
             Event::Delete(object) => {
@@ -180,19 +187,18 @@ impl<Key: Clone + PartialEq> Triage<Key> {
                     Some(key) => *key,
                     None => key_fn(&object),
                 };
-                if let Some(listing) = &mut self.listing {
-                    listing.remove(&id);
-                }
                 emit(key, Cause::Deleted);
             }
             Event::InitDone => {
-                let listed = self.listing.take().unwrap_or_default();
+                // A list's end without its start (never from a watcher)
+                // showed nothing.
+                let list = std::mem::take(&mut self.listing).then_some(self.list);
                 if self.relist_deletions {
                     let missing: Vec<ObjectId> = self
                         .seen
-                        .keys()
-                        .filter(|id| !listed.contains(*id))
-                        .cloned()
+                        .iter()
+                        .filter(|(_, seen)| Some(seen.list) != list)
+                        .map(|(id, _)| id.clone())
                         .collect();
                     for id in missing {
                         if let Some(key) = self.seen.remove(&id).and_then(|seen| seen.key) {
@@ -200,7 +206,7 @@ impl<Key: Clone + PartialEq> Triage<Key> {
                         }
                     }
                 } else {
-                    self.seen.retain(|id, _| listed.contains(id));
+                    self.seen.retain(|_, seen| Some(seen.list) == list);
                 }
                 self.synced = true;
             }
@@ -216,22 +222,40 @@ impl<Key: Clone + PartialEq> Triage<Key> {
         key_fn: impl FnOnce(&T) -> Key,
         emit: impl FnMut(Key, Cause) -> bool,
     ) {
-        self.apply(object_id(object), object, initial, key_fn, emit);
+        self.apply(object_id(object), object, initial, false, key_fn, emit);
     }
 
+    /// Starts a list: the objects it shows are marked with its number.
+    fn start_list(&mut self) {
+        self.list = self.list.wrapping_add(1).max(1);
+        self.listing = true;
+    }
+
+    /// `listed`: the object came with the list in progress, which marks it
+    /// (even when its key is refused, so that it is not taken for missing).
     fn apply<T: Resource>(
         &mut self,
         id: ObjectId,
         object: &T,
         initial: bool,
+        listed: bool,
         key_fn: impl FnOnce(&T) -> Key,
         mut emit: impl FnMut(Key, Cause) -> bool,
     ) {
         let key = key_fn(object);
         let version = Version::of(object.meta().resource_version.as_deref());
-        let same = self.seen.get(&id).is_some_and(|seen| {
+        let before = self.seen.get_mut(&id);
+        let same = before.as_ref().is_some_and(|seen| {
             seen.key.as_ref().is_none_or(|k| **k == key) && seen.version.same_as(&version)
         });
+        let list = match (listed, before) {
+            (true, Some(seen)) => {
+                seen.list = self.list;
+                self.list
+            }
+            (true, None) => self.list,
+            (false, before) => before.map_or(0, |seen| seen.list),
+        };
         let cause = if initial {
             Cause::InitialList
         } else if same {
@@ -241,7 +265,14 @@ impl<Key: Clone + PartialEq> Triage<Key> {
         };
         let kept = (!self.keys_from_objects).then(|| Box::new(key.clone()));
         if emit(key, cause) {
-            self.seen.insert(id, Seen { key: kept, version });
+            self.seen.insert(
+                id,
+                Seen {
+                    key: kept,
+                    version,
+                    list,
+                },
+            );
         }
     }
 }
@@ -367,6 +398,45 @@ mod tests {
                 "keys_from_objects: {keys_from_objects}"
             );
         }
+    }
+
+    #[test]
+    fn an_object_a_relist_no_longer_shows_is_forgotten() {
+        let mut t = Triage::new();
+        t.keys_from_objects();
+        causes(&mut t, relist_of(vec![cm(Some("ns"), "gone", Some("7"))]));
+        causes(&mut t, relist_of(vec![]));
+        // Back with the version it had: new to the triage, so changed.
+        let back = causes(
+            &mut t,
+            vec![Event::Apply(cm(Some("ns"), "gone", Some("7")))],
+        );
+        assert_eq!(names(&back), [("gone", Cause::Changed)]);
+    }
+
+    #[test]
+    fn an_object_listed_with_its_key_refused_is_not_missing() {
+        let mut t = Triage::new();
+        causes(&mut t, relist_of(vec![cm(Some("ns"), "a", Some("1"))]));
+        // A re-list shows it, but its key is refused (the queue is shutting
+        // down): still known, and not reported missing at the list's end.
+        let mut reported = Vec::new();
+        for event in relist_of(vec![cm(Some("ns"), "a", Some("2"))]) {
+            t.event(
+                event,
+                |o: &ConfigMap| o.metadata.name.clone().unwrap_or_default(),
+                |k, c| {
+                    reported.push((k, c));
+                    false
+                },
+            );
+        }
+        assert_eq!(names(&reported), [("a", Cause::Changed)]);
+        // Kept with the version it had before the refused event.
+        let again = causes(&mut t, relist_of(vec![cm(Some("ns"), "a", Some("1"))]));
+        assert_eq!(names(&again), [("a", Cause::Unchanged)]);
+        let gone = causes(&mut t, relist_of(vec![]));
+        assert_eq!(names(&gone), [("a", Cause::MissingAfterRelist)]);
     }
 
     #[test]
