@@ -77,6 +77,7 @@
 //! | `for_stream`, `owns_stream`, `watches_stream`, `reconcile_on` | behind unstable features | stable |
 //! | metrics | none | the queue's `workqueue_*` and controller-runtime's `controller_runtime_*` families (feature `prometheus`) |
 //! | leader election | none (kube-rs#485) | [`leader_election`](Controller::leader_election) on Leases, with self-fencing |
+//! | a key's `ObjectRef` (results, errors, spans) | carries the `resourceVersion` and `uid` of the object as first triggered (`extra`) | namespace and name only, `extra` empty (two allocations less per queued key); the store's object has both |
 //!
 //! kube-runtime's `Action` and `Config` keep their fields private; this
 //! controller reads them through their `Debug` text, checked by rebuilding

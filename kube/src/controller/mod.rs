@@ -296,7 +296,7 @@ where
         let main = triggers::main_events_by(
             events,
             move |object: &crate::manager::source::SharedObject<K>| {
-                ObjectRef::from_obj_with(&*object.0, key_type.clone())
+                triggers::key_of(&*object.0, key_type.clone())
             },
         );
         let mut controller = Self::with_main(main, reader, dyntype);

@@ -345,7 +345,7 @@ where
                     owned += 1;
                     if changed && view.gained(old, hash) {
                         self.parked
-                            .insert(ObjectRef::from_obj_with(&*object, self.dyntype.clone()));
+                            .insert(super::triggers::key_of(&*object, self.dyntype.clone()));
                     }
                 }
             }

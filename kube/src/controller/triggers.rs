@@ -42,6 +42,30 @@ impl Source {
     }
 }
 
+/// The key an object of the main kind is queued under: its namespace and
+/// name (and kind, for dynamic types).
+///
+/// kube-runtime's keys also carry the object's `resourceVersion` and `uid`
+/// (`ObjectRef::extra`), which take no part in a key's equality or hash, are
+/// stale once the object changes, and cost two allocations for every queued
+/// key, every controller: each controller holds a key per object while the
+/// initial list waits for its first reconcile, and those small allocations
+/// are freed in between the cache's objects, where the allocator keeps
+/// them resident (`examples/manager_memory.rs`). So this crate's keys
+/// leave them out; the object in the store has both.
+pub(crate) fn key_of<K>(object: &K, dyntype: K::DynamicType) -> ObjectRef<K>
+where
+    K: Resource,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    let meta = object.meta();
+    let key = ObjectRef::new_with(meta.name.as_deref().unwrap_or_default(), dyntype);
+    match meta.namespace.as_deref() {
+        Some(namespace) => key.within(namespace),
+        None => key,
+    }
+}
+
 /// A request to reconcile `key`.
 pub(crate) struct Trigger<K: Resource> {
     pub(crate) key: ObjectRef<K>,
@@ -108,15 +132,19 @@ where
 /// only at `InitDone`, so a key handed out earlier would be reconciled
 /// against the object as it was before the list, and a change the list
 /// brought would be missed.
+///
+/// The first list is held too, although the runner hands out no key before
+/// the store's first list is complete: a replica of a sharded controller
+/// decides which keys are its own as they are queued, and learns its share
+/// of the keys that were listed before it knew its members from the store,
+/// so the first list's keys must not reach it before the store has them.
 pub(crate) fn main_events<K, S>(events: S, dyntype: K::DynamicType) -> TriggerStream<K>
 where
     K: Resource + Send + 'static,
     K::DynamicType: Key,
     S: futures_core::Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
 {
-    main_events_by(events, move |object: &K| {
-        ObjectRef::from_obj_with(object, dyntype.clone())
-    })
+    main_events_by(events, move |object: &K| key_of(object, dyntype.clone()))
 }
 
 /// [`main_events`] of objects of any type `T` (a manager's shared objects)
@@ -186,7 +214,7 @@ where
                 triage.object(
                     &object,
                     listing.in_progress(),
-                    |object| ObjectRef::from_obj_with(object, dyntype.clone()),
+                    |object| key_of(object, dyntype.clone()),
                     |key, cause| {
                         trigger = Some(Trigger {
                             key,
@@ -327,7 +355,7 @@ where
             let dyntype = dyntype.clone();
             stream::iter(store.state().into_iter().map(move |object| {
                 Ok(Trigger {
-                    key: ObjectRef::from_obj_with(&*object, dyntype.clone()),
+                    key: key_of(&*object, dyntype.clone()),
                     source: Source::Bulk,
                     reason: ReconcileReason::BulkReconcile,
                 })
@@ -351,4 +379,45 @@ where
         })
     })
     .boxed()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+    use kube_client::api::ObjectMeta;
+
+    #[test]
+    fn keys_carry_namespace_and_name_only() {
+        let meta = ObjectMeta {
+            name: Some("a".into()),
+            namespace: Some("ns".into()),
+            resource_version: Some("7".into()),
+            uid: Some("0c6b2a4e".into()),
+            ..ObjectMeta::default()
+        };
+        let key = key_of(
+            &ConfigMap {
+                metadata: meta.clone(),
+                ..ConfigMap::default()
+            },
+            (),
+        );
+        assert_eq!(key.name, "a");
+        assert_eq!(key.namespace.as_deref(), Some("ns"));
+        assert_eq!(key.extra.resource_version, None);
+        assert_eq!(key.extra.uid, None);
+        let cluster_scoped = key_of(
+            &Namespace {
+                metadata: ObjectMeta {
+                    namespace: None,
+                    ..meta
+                },
+                ..Namespace::default()
+            },
+            (),
+        );
+        assert_eq!(cluster_scoped.namespace, None);
+        assert_eq!(cluster_scoped, ObjectRef::<Namespace>::new("a"));
+    }
 }
