@@ -284,7 +284,7 @@ where
     /// to a shared source, reading its shared store, reconciling once every
     /// cache of the manager synced, draining when the manager stops.
     pub(crate) fn for_shared(
-        events: futures_channel::mpsc::UnboundedReceiver<crate::manager::source::SharedEvent<K>>,
+        events: crate::manager::source::Subscription<K>,
         reader: Store<K>,
         manager: Arc<crate::manager::Shared>,
     ) -> Self

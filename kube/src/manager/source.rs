@@ -21,13 +21,22 @@
 //! it is handed the store's contents as a list, then the live events that
 //! follow. One that joins before the first list or while a list is in
 //! progress gets that list at its end, as everyone does.
+//!
+//! A list goes down every subscriber's channel as one message, the same
+//! one for all of them (the objects' handles in the API server's order),
+//! and each [`Subscription`] unrolls it into `Init`, the `InitApply`s and
+//! `InitDone` as it is read. Sent as events, a list of 10,000 objects cost
+//! each subscriber 10,000 messages of the channel, an allocation each,
+//! made at once when the list ended and freed as the controller caught up.
 
 use std::any::{Any, TypeId};
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::Hash;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll, ready};
 
 use futures_channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
 use futures_util::future::BoxFuture;
@@ -45,6 +54,55 @@ pub(crate) type SharedEvent<K> = Result<Event<SharedObject<K>>, watcher::Error>;
 
 /// An event as the watch sends it.
 type WatchEvent<K> = Result<Event<K>, watcher::Error>;
+
+/// A list's objects in the API server's order, shared by every subscriber
+/// it is sent to.
+type Listed<K> = Arc<[Arc<K>]>;
+
+/// What goes down a subscriber's channel.
+enum Fanned<K> {
+    /// A live event (or a watch error).
+    Event(SharedEvent<K>),
+    /// A whole list, read as `Init`, one `InitApply` per object, `InitDone`.
+    List(Listed<K>),
+}
+
+/// A subscriber's events: what the source sends it, with each list
+/// unrolled into its events as they are read.
+pub(crate) struct Subscription<K> {
+    rx: UnboundedReceiver<Fanned<K>>,
+    /// The list being read, and the next of its objects to hand out.
+    list: Option<(Listed<K>, usize)>,
+}
+
+impl<K> futures_core::Stream for Subscription<K> {
+    type Item = SharedEvent<K>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<SharedEvent<K>>> {
+        let this = &mut *self;
+        if let Some((objects, next)) = &mut this.list {
+            let event = match objects.get(*next) {
+                Some(object) => {
+                    *next += 1;
+                    Event::InitApply(SharedObject(object.clone()))
+                }
+                None => {
+                    this.list = None;
+                    Event::InitDone
+                }
+            };
+            return Poll::Ready(Some(Ok(event)));
+        }
+        Poll::Ready(match ready!(this.rx.poll_next_unpin(cx)) {
+            None => None,
+            Some(Fanned::Event(event)) => Some(event),
+            Some(Fanned::List(objects)) => {
+                this.list = Some((objects, 0));
+                Some(Ok(Event::Init))
+            }
+        })
+    }
+}
 
 /// An object every subscriber of a source shares, read through `Resource`
 /// as the object itself (triggers only read it).
@@ -137,7 +195,7 @@ struct Inner<K: Lookup + Clone + 'static>
 where
     K::DynamicType: Eq + Hash + Clone,
 {
-    subscribers: Vec<UnboundedSender<SharedEvent<K>>>,
+    subscribers: Vec<UnboundedSender<Fanned<K>>>,
     /// Taken when the source starts.
     pending: Option<Pending<K>>,
     /// Whether a list is in progress: its end replays the store to every
@@ -193,7 +251,7 @@ where
 
     /// A stream of this source's events from now on, preceded by what it
     /// listed so far (see the module docs).
-    pub(crate) fn subscribe(&self) -> UnboundedReceiver<SharedEvent<K>> {
+    pub(crate) fn subscribe(&self) -> Subscription<K> {
         let (tx, rx) = unbounded();
         let mut inner = self.inner.lock();
         // The store only changes under this lock, so the replay and the
@@ -203,7 +261,7 @@ where
             replay(&listed(&self.store), &tx);
         }
         inner.subscribers.push(tx);
-        rx
+        Subscription { rx, list: None }
     }
 
     /// The future that runs the watch: apply, then fan out. `None` if it
@@ -247,9 +305,10 @@ where
                         }
                         Err(error) => Err(error),
                     };
-                    inner
-                        .subscribers
-                        .retain(|tx| tx.unbounded_send(clone_event(&event)).is_ok());
+                    inner.subscribers.retain(|tx| {
+                        tx.unbounded_send(Fanned::Event(clone_event(&event)))
+                            .is_ok()
+                    });
                 }
             }
             .boxed(),
@@ -264,26 +323,20 @@ where
 
 /// Sends the store's contents as one list; `false` if the subscriber is
 /// gone.
-fn replay<K>(objects: &[Arc<K>], tx: &UnboundedSender<SharedEvent<K>>) -> bool {
-    if tx.unbounded_send(Ok(Event::Init)).is_err() {
-        return false;
-    }
-    for object in objects {
-        let _ = tx.unbounded_send(Ok(Event::InitApply(SharedObject(object.clone()))));
-    }
-    tx.unbounded_send(Ok(Event::InitDone)).is_ok()
+fn replay<K>(objects: &Listed<K>, tx: &UnboundedSender<Fanned<K>>) -> bool {
+    tx.unbounded_send(Fanned::List(objects.clone())).is_ok()
 }
 
 /// The store's objects in the order the API server lists them (by
 /// namespace, then name), so that a list reaches subscribers, and their
 /// first reconciles come, in the order a watch of their own would give.
-fn listed<K: Lookup + Clone + 'static>(store: &Store<K>) -> Vec<Arc<K>>
+fn listed<K: Lookup + Clone + 'static>(store: &Store<K>) -> Listed<K>
 where
     K::DynamicType: Eq + Hash + Clone,
 {
     let mut objects = store.state();
     objects.sort_by(|a, b| (a.namespace(), a.name()).cmp(&(b.namespace(), b.name())));
-    objects
+    objects.into()
 }
 
 fn clone_event<K>(event: &SharedEvent<K>) -> SharedEvent<K> {
@@ -406,9 +459,9 @@ mod tests {
     }
 
     /// What a subscriber received so far, as short strings.
-    fn drain(rx: &mut UnboundedReceiver<SharedEvent<ConfigMap>>) -> Vec<String> {
+    fn drain(rx: &mut Subscription<ConfigMap>) -> Vec<String> {
         let mut seen = Vec::new();
-        while let Ok(event) = rx.try_recv() {
+        for event in received(rx) {
             seen.push(match event.unwrap() {
                 Event::Init => "init".to_owned(),
                 Event::InitApply(o) => format!("list {}", o.name_any()),
@@ -418,6 +471,11 @@ mod tests {
             });
         }
         seen
+    }
+
+    /// The events a subscriber can read now.
+    fn received(rx: &mut Subscription<ConfigMap>) -> Vec<SharedEvent<ConfigMap>> {
+        std::iter::from_fn(|| rx.next().now_or_never().flatten()).collect()
     }
 
     /// A source fed by hand, and its running task.
@@ -454,10 +512,7 @@ mod tests {
         assert!(drain(&mut mid).is_empty());
         // Nobody gets a list before it is complete: the store hands it
         // over, so the watch's copies are not kept for subscribers.
-        let mut got = Vec::new();
-        while let Ok(event) = early.try_recv() {
-            got.push(event);
-        }
+        let got = received(&mut early);
         assert!(got.is_empty(), "{} events before the list ended", got.len());
         send(&tx, Event::InitDone).await;
         assert!(source.is_ready());
@@ -502,7 +557,7 @@ mod tests {
         send(&tx, Event::Apply(cm("b"))).await;
         let store = source.store();
         let mut shared = 0;
-        while let Ok(event) = rx.try_recv() {
+        for event in received(&mut rx) {
             if let Ok(Event::InitApply(o) | Event::Apply(o)) = event {
                 let key = ObjectRef::from_obj(&*o.0);
                 assert!(Arc::ptr_eq(&o.0, &store.get(&key).unwrap()), "{key} copied");
