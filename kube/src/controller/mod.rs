@@ -295,6 +295,7 @@ where
         let key_type = dyntype.clone();
         let main = triggers::main_events_by(
             events,
+            triggers::Lists::Complete,
             move |object: &crate::manager::source::SharedObject<K>| {
                 triggers::key_of(&*object.0, key_type.clone())
             },

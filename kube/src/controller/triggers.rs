@@ -138,18 +138,34 @@ where
 /// decides which keys are its own as they are queued, and learns its share
 /// of the keys that were listed before it knew its members from the store,
 /// so the first list's keys must not reach it before the store has them.
+/// A manager's shared source sends a list only once its store has all of
+/// it ([`Lists::Complete`]), and its lists are not held.
 pub(crate) fn main_events<K, S>(events: S, dyntype: K::DynamicType) -> TriggerStream<K>
 where
     K: Resource + Send + 'static,
     K::DynamicType: Key,
     S: futures_core::Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
 {
-    main_events_by(events, move |object: &K| key_of(object, dyntype.clone()))
+    main_events_by(events, Lists::Streamed, move |object: &K| {
+        key_of(object, dyntype.clone())
+    })
+}
+
+/// When a main source's lists reach its triggers, relative to its store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lists {
+    /// As the watch lists them, before the store has them (a reflector swaps
+    /// a list in at `InitDone`): a list's triggers are held to its end.
+    Streamed,
+    /// Once the store has the whole list (a manager's shared source): its
+    /// triggers go on as they are read, and each controller holds no
+    /// second list of its own (128 bytes per object) until the end.
+    Complete,
 }
 
 /// [`main_events`] of objects of any type `T` (a manager's shared objects)
-/// whose key `key_of` tells.
-pub(crate) fn main_events_by<K, T, S, F>(events: S, key_of: F) -> TriggerStream<K>
+/// whose key `key_of` tells, from a source whose lists come as `lists` says.
+pub(crate) fn main_events_by<K, T, S, F>(events: S, lists: Lists, key_of: F) -> TriggerStream<K>
 where
     K: Resource + Send + 'static,
     K::DynamicType: Key,
@@ -168,7 +184,7 @@ where
             Event::InitDone => (false, true),
             _ => (false, false),
         };
-        if starts {
+        if starts && lists == Lists::Streamed {
             listed = Some(Vec::new());
         }
         let held = matches!(event, Event::InitApply(_));
@@ -386,6 +402,51 @@ mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
     use kube_client::api::ObjectMeta;
+
+    fn cm(name: &str) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                ..ObjectMeta::default()
+            },
+            ..ConfigMap::default()
+        }
+    }
+
+    /// The keys `events` trigger, in order, from a source whose lists come
+    /// as `lists` says.
+    fn keys_triggered(lists: Lists, events: Vec<Event<ConfigMap>>) -> Vec<String> {
+        let events = stream::iter(events.into_iter().map(Ok));
+        let triggers = main_events_by(events, lists, |o: &ConfigMap| key_of(o, ()));
+        // Every stream here is ready at once.
+        triggers
+            .collect::<Vec<_>>()
+            .now_or_never()
+            .expect("a stream of ready events")
+            .into_iter()
+            .map(|t| t.unwrap().key.name)
+            .collect()
+    }
+
+    #[test]
+    fn a_list_is_held_to_its_end_unless_the_store_has_it_already() {
+        let unfinished = || {
+            vec![
+                Event::Init,
+                Event::InitApply(cm("a")),
+                Event::InitApply(cm("b")),
+            ]
+        };
+        // A watch's list: the store has it only at `InitDone`.
+        assert!(keys_triggered(Lists::Streamed, unfinished()).is_empty());
+        let mut done = unfinished();
+        done.push(Event::InitDone);
+        assert_eq!(keys_triggered(Lists::Streamed, done.clone()), ["a", "b"]);
+        // A manager's shared source: the list comes once the store has it.
+        assert_eq!(keys_triggered(Lists::Complete, unfinished()), ["a", "b"]);
+        assert_eq!(keys_triggered(Lists::Complete, done), ["a", "b"]);
+    }
 
     #[test]
     fn keys_carry_namespace_and_name_only() {
