@@ -9,6 +9,7 @@
 //! controller choose priorities from it.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::fmt;
 
 use kube_client::Resource;
@@ -193,20 +194,13 @@ impl<Key: Clone + PartialEq> Triage<Key> {
                 // A list's end without its start (never from a watcher)
                 // showed nothing.
                 let list = std::mem::take(&mut self.listing).then_some(self.list);
-                if self.relist_deletions {
-                    let missing: Vec<ObjectId> = self
-                        .seen
-                        .iter()
-                        .filter(|(_, seen)| Some(seen.list) != list)
-                        .map(|(id, _)| id.clone())
-                        .collect();
-                    for id in missing {
-                        if let Some(key) = self.seen.remove(&id).and_then(|seen| seen.key) {
-                            emit(*key, Cause::MissingAfterRelist);
-                        }
+                // What the list did not show is forgotten, and reported
+                // where its key is remembered (and asked for).
+                let report = self.relist_deletions;
+                for (_, gone) in self.seen.extract_if(|_, seen| Some(seen.list) != list) {
+                    if let (true, Some(key)) = (report, gone.key) {
+                        emit(*key, Cause::MissingAfterRelist);
                     }
-                } else {
-                    self.seen.retain(|_, seen| Some(seen.list) == list);
                 }
                 self.synced = true;
             }
@@ -244,7 +238,13 @@ impl<Key: Clone + PartialEq> Triage<Key> {
     ) {
         let key = key_fn(object);
         let version = Version::of(object.meta().resource_version.as_deref());
-        let before = self.seen.get_mut(&id);
+        let kept = (!self.keys_from_objects).then(|| Box::new(key.clone()));
+        // One lookup per event: the entry is read, then written or marked.
+        let mut entry = self.seen.entry(id);
+        let before = match &mut entry {
+            Entry::Occupied(seen) => Some(seen.get_mut()),
+            Entry::Vacant(_) => None,
+        };
         let same = before.as_ref().is_some_and(|seen| {
             seen.key.as_ref().is_none_or(|k| **k == key) && seen.version.same_as(&version)
         });
@@ -263,16 +263,12 @@ impl<Key: Clone + PartialEq> Triage<Key> {
         } else {
             Cause::Changed
         };
-        let kept = (!self.keys_from_objects).then(|| Box::new(key.clone()));
         if emit(key, cause) {
-            self.seen.insert(
-                id,
-                Seen {
-                    key: kept,
-                    version,
-                    list,
-                },
-            );
+            entry.insert_entry(Seen {
+                key: kept,
+                version,
+                list,
+            });
         }
     }
 }

@@ -342,7 +342,9 @@ fn push_related<K: Resource>(
 }
 
 /// The owners of kind `K` named in `child`'s ownerReferences, as
-/// kube-runtime's `trigger_owners` finds them.
+/// kube-runtime's `trigger_owners` finds them, keyed as [`key_of`] keys
+/// an object: without the owner's `uid`, which kube-runtime's reference
+/// carries.
 pub(crate) fn owners<K, C>(child: &C, owner_type: &K::DynamicType) -> Vec<ObjectRef<K>>
 where
     K: Resource,
@@ -354,7 +356,10 @@ where
         .iter()
         .flatten()
         .filter_map(|owner| {
-            ObjectRef::from_owner_ref(meta.namespace.as_deref(), owner, owner_type.clone())
+            let mut key =
+                ObjectRef::from_owner_ref(meta.namespace.as_deref(), owner, owner_type.clone())?;
+            key.extra = Default::default();
+            Some(key)
         })
         .collect()
 }
@@ -401,6 +406,7 @@ where
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
     use kube_client::api::ObjectMeta;
 
     fn cm(name: &str) -> ConfigMap {
@@ -480,5 +486,23 @@ mod tests {
         );
         assert_eq!(cluster_scoped.namespace, None);
         assert_eq!(cluster_scoped, ObjectRef::<Namespace>::new("a"));
+        // A key from a child's owner reference is the same: no `uid`.
+        let child = ConfigMap {
+            metadata: ObjectMeta {
+                namespace: Some("ns".into()),
+                owner_references: Some(vec![OwnerReference {
+                    api_version: "v1".into(),
+                    kind: "ConfigMap".into(),
+                    name: "a".into(),
+                    uid: "0c6b2a4e".into(),
+                    ..OwnerReference::default()
+                }]),
+                ..ObjectMeta::default()
+            },
+            ..ConfigMap::default()
+        };
+        let owners = owners::<ConfigMap, _>(&child, &());
+        assert_eq!(owners, [key]);
+        assert_eq!(owners[0].extra.uid, None);
     }
 }

@@ -56,8 +56,8 @@ pub(crate) type SharedEvent<K> = Result<Event<SharedObject<K>>, watcher::Error>;
 type WatchEvent<K> = Result<Event<K>, watcher::Error>;
 
 /// A list's objects in the API server's order, shared by every subscriber
-/// it is sent to.
-type Listed<K> = Arc<[Arc<K>]>;
+/// it is sent to (the store's `Vec` as it is, not copied into a slice).
+type Listed<K> = Arc<Vec<Arc<K>>>;
 
 /// What goes down a subscriber's channel.
 enum Fanned<K> {
@@ -336,7 +336,7 @@ where
 {
     let mut objects = store.state();
     objects.sort_by(|a, b| (a.namespace(), a.name()).cmp(&(b.namespace(), b.name())));
-    objects.into()
+    Arc::new(objects)
 }
 
 fn clone_event<K>(event: &SharedEvent<K>) -> SharedEvent<K> {
