@@ -7,8 +7,13 @@
 //! `String`s do, ran 10-15 % faster). A `Vec` moves its elements when it
 //! grows, so the nodes live in chunks instead: chunk `c` holds
 //! `FIRST << c` nodes and is never reallocated, and a new chunk is added
-//! when the last is full. Growth costs what a `Vec`'s doubling costs in
-//! room, without the copy; node `i` is found with one leading-zero count.
+//! when the last is full. Chunks double until one would pass 32 KiB, and
+//! stay at that size from then on: a doubling `Vec` leaves up to half its
+//! room unused, which on a shard of a controller's queue after an initial
+//! list (8 shards, 120-byte nodes for an `ObjectRef` key) was 40 % of the
+//! queue's memory at its peak; capped chunks leave at most one chunk
+//! unused. Node `i` is found with one leading-zero count, or one shift
+//! past the doubling chunks.
 //!
 //! The lock holder changes nodes while leases on other threads read their
 //! keys, so each key sits beside its node in a cell of its own, and no
@@ -23,6 +28,8 @@ use std::ptr::NonNull;
 /// Nodes in the first chunk (a power of two).
 const FIRST_BITS: u32 = 4;
 const FIRST: usize = 1 << FIRST_BITS;
+/// The most room a chunk takes, past the first.
+const CHUNK_BYTES: usize = 32 << 10;
 
 /// Nodes in chunks that never move, each with its key beside it.
 ///
@@ -58,17 +65,42 @@ impl<K, T> Default for Nodes<K, T> {
     }
 }
 
-/// The chunk and the place in it of node `i`.
+/// The chunk and the place in it of node `i`, when chunks double up to
+/// `2^last_bits` nodes and hold that many from then on.
 #[inline]
-fn locate(i: usize) -> (usize, usize) {
-    // Chunk c starts at FIRST * (2^c - 1): with j = i + FIRST, the chunk is
-    // j's highest bit less FIRST_BITS, and the place is j less that bit.
-    let j = i + FIRST;
-    let high = usize::BITS - 1 - j.leading_zeros();
-    ((high - FIRST_BITS) as usize, j - (1 << high))
+fn locate(i: usize, last_bits: u32) -> (usize, usize) {
+    // The doubling chunks are 0..=d; chunk c starts at FIRST * (2^c - 1).
+    let d = (last_bits - FIRST_BITS) as usize;
+    let doubled = FIRST * ((2 << d) - 1);
+    if i < doubled {
+        // With j = i + FIRST, the chunk is j's highest bit less
+        // FIRST_BITS, and the place is j less that bit.
+        let j = i + FIRST;
+        let high = usize::BITS - 1 - j.leading_zeros();
+        ((high - FIRST_BITS) as usize, j - (1 << high))
+    } else {
+        let j = i - doubled;
+        (d + 1 + (j >> last_bits), j & ((1 << last_bits) - 1))
+    }
+}
+
+/// `log2` of the nodes a chunk holds once chunks stop doubling: the most
+/// that fit in [`CHUNK_BYTES`], rounded down to a power of two, and never
+/// fewer than the first chunk's.
+const fn last_bits(slot_size: usize) -> u32 {
+    let fit = CHUNK_BYTES / if slot_size == 0 { 1 } else { slot_size };
+    let bits = if fit == 0 { 0 } else { fit.ilog2() };
+    if bits < FIRST_BITS { FIRST_BITS } else { bits }
 }
 
 impl<K, T> Nodes<K, T> {
+    const LAST_BITS: u32 = last_bits(std::mem::size_of::<Slot<K, T>>());
+
+    #[inline]
+    fn locate(i: usize) -> (usize, usize) {
+        locate(i, Self::LAST_BITS)
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.len
     }
@@ -81,9 +113,11 @@ impl<K, T> Nodes<K, T> {
 
     /// Adds a node and its key at the end; no node already there moves.
     pub(crate) fn push(&mut self, key: K, node: T) {
-        let (c, _) = locate(self.len);
+        let (c, _) = Self::locate(self.len);
         if c == self.chunks.len() {
-            self.chunks.push(Vec::with_capacity(FIRST << c));
+            let doubled = (Self::LAST_BITS - FIRST_BITS) as usize;
+            self.chunks
+                .push(Vec::with_capacity(FIRST << c.min(doubled)));
         }
         let chunk = &mut self.chunks[c];
         debug_assert!(chunk.len() < chunk.capacity(), "a chunk never grows");
@@ -103,7 +137,7 @@ impl<K, T> Nodes<K, T> {
         if i >= self.len {
             return None;
         }
-        let (c, at) = locate(i);
+        let (c, at) = Self::locate(i);
         Some(SlotRef(&self.chunks[c][at]))
     }
 
@@ -118,7 +152,7 @@ impl<K, T> Nodes<K, T> {
         if i >= self.len {
             return None;
         }
-        let (c, at) = locate(i);
+        let (c, at) = Self::locate(i);
         // `as_mut_ptr` makes no reference to the slots.
         Some(self.chunks[c].as_mut_ptr().wrapping_add(at))
     }
@@ -295,24 +329,32 @@ mod tests {
         assert_eq!(nodes.iter().copied().collect::<Vec<_>>(), expected);
         assert!(nodes.get(10_000).is_none());
         assert!(nodes.key(10_000).is_none());
-        // Room doubles, as a Vec's does: never more than twice the nodes
-        // past the first chunk.
-        assert!(
-            nodes.capacity() < 2 * 10_000 + FIRST,
-            "{}",
-            nodes.capacity()
-        );
+        // Chunks double up to 32 KiB (1,024 slots of 32 bytes) and stay
+        // there: the room left is less than one such chunk.
+        assert_eq!(Nodes::<String, usize>::LAST_BITS, 10);
+        assert!(nodes.capacity() < 10_000 + 1024, "{}", nodes.capacity());
     }
 
     #[test]
     fn locate_walks_the_chunks_in_order() {
-        let mut expected = Vec::new();
-        for c in 0..6 {
-            for at in 0..(FIRST << c) {
-                expected.push((c, at));
+        for last in [FIRST_BITS, FIRST_BITS + 2, 9] {
+            let mut expected = Vec::new();
+            for c in 0..12 {
+                let size = FIRST << c.min((last - FIRST_BITS) as usize);
+                expected.extend((0..size).map(|at| (c, at)));
             }
+            let got: Vec<_> = (0..expected.len()).map(|i| locate(i, last)).collect();
+            assert_eq!(got, expected, "chunks up to 2^{last}");
         }
-        let got: Vec<_> = (0..expected.len()).map(locate).collect();
-        assert_eq!(got, expected);
+    }
+
+    #[test]
+    fn a_chunk_takes_at_most_32_kib_past_the_first() {
+        assert_eq!(last_bits(48), 9);
+        assert_eq!(last_bits(120), 8);
+        assert_eq!(last_bits(0), 15);
+        // Slots too large for 16 in 32 KiB keep the first chunk's size.
+        assert_eq!(last_bits(4096), FIRST_BITS);
+        assert_eq!(last_bits(1 << 20), FIRST_BITS);
     }
 }

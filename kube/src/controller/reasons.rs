@@ -8,6 +8,13 @@
 //! beside the queue's own copy, while a hash is 8. Two keys whose hashes
 //! collide (about one pair in 10^12 at 10,000 queued keys) would share a
 //! reason: a label on a span, never a decision.
+//!
+//! A reason is kept in two words: the three a controller gives nearly every
+//! key (an object changed, the reconciler's requeue, the error policy's)
+//! inline, any other behind a box. A `ReconcileReason` is four words wide
+//! (its `Custom` variant holds a `String`), and a controller's queue holds
+//! every listed key at once after its initial list, so this is 24 bytes an
+//! entry instead of 40, 400 KiB against 670 KiB for 10,000 queued keys.
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
@@ -18,9 +25,51 @@ use kube_runtime::controller::ReconcileReason;
 /// The reasons of the keys queued and not yet handed out.
 #[derive(Default)]
 pub(crate) struct Reasons {
-    /// By key hash: the reason, and whether it was a retry's.
-    by_key: HashMap<u64, (ReconcileReason, bool)>,
+    /// By key hash.
+    by_key: HashMap<u64, Kept>,
     hasher: RandomState,
+}
+
+/// A reason as kept, and whether a retry gave it.
+enum Kept {
+    ObjectUpdated,
+    ReconcilerRetry,
+    ErrorPolicyRetry,
+    Other {
+        reason: Box<ReconcileReason>,
+        retry: bool,
+    },
+}
+
+impl Kept {
+    fn new(reason: ReconcileReason, retry: bool) -> Self {
+        match (reason, retry) {
+            (ReconcileReason::ObjectUpdated, false) => Kept::ObjectUpdated,
+            (ReconcileReason::ReconcilerRequestedRetry, true) => Kept::ReconcilerRetry,
+            (ReconcileReason::ErrorPolicyRequestedRetry, true) => Kept::ErrorPolicyRetry,
+            (reason, retry) => Kept::Other {
+                reason: Box::new(reason),
+                retry,
+            },
+        }
+    }
+
+    fn is_retry(&self) -> bool {
+        match self {
+            Kept::ObjectUpdated => false,
+            Kept::ReconcilerRetry | Kept::ErrorPolicyRetry => true,
+            Kept::Other { retry, .. } => *retry,
+        }
+    }
+
+    fn reason(self) -> ReconcileReason {
+        match self {
+            Kept::ObjectUpdated => ReconcileReason::ObjectUpdated,
+            Kept::ReconcilerRetry => ReconcileReason::ReconcilerRequestedRetry,
+            Kept::ErrorPolicyRetry => ReconcileReason::ErrorPolicyRequestedRetry,
+            Kept::Other { reason, .. } => *reason,
+        }
+    }
 }
 
 impl Reasons {
@@ -33,12 +82,12 @@ impl Reasons {
     pub(crate) fn triggered<T: Hash>(&mut self, key: &T, reason: ReconcileReason) {
         match self.by_key.entry(self.hash(key)) {
             Entry::Occupied(mut queued) => {
-                if queued.get().1 {
-                    queued.insert((reason, false));
+                if queued.get().is_retry() {
+                    queued.insert(Kept::new(reason, false));
                 }
             }
             Entry::Vacant(none) => {
-                none.insert((reason, false));
+                none.insert(Kept::new(reason, false));
             }
         }
     }
@@ -47,13 +96,17 @@ impl Reasons {
     /// already there wins.
     pub(crate) fn retried<T: Hash>(&mut self, key: &T, reason: ReconcileReason) {
         let hash = self.hash(key);
-        self.by_key.entry(hash).or_insert((reason, true));
+        self.by_key
+            .entry(hash)
+            .or_insert_with(|| Kept::new(reason, true));
     }
 
     /// `key` was queued for `reason`, unless it was queued already.
     pub(crate) fn queued<T: Hash>(&mut self, key: &T, reason: ReconcileReason) {
         let hash = self.hash(key);
-        self.by_key.entry(hash).or_insert((reason, false));
+        self.by_key
+            .entry(hash)
+            .or_insert_with(|| Kept::new(reason, false));
     }
 
     /// Forgets why `key` was queued, and returns it. The map gives back its
@@ -65,7 +118,7 @@ impl Reasons {
         if room > 64 && len < room / 8 {
             self.by_key.shrink_to(len * 2);
         }
-        taken.map(|(reason, _)| reason)
+        taken.map(Kept::reason)
     }
 }
 
@@ -108,6 +161,28 @@ mod tests {
             text(reasons.take(&"c")),
             Some(ReconcileReason::ObjectUpdated.to_string())
         );
+    }
+
+    #[test]
+    fn every_reason_comes_back_as_it_was_given() {
+        let given = [
+            (ReconcileReason::ObjectUpdated, false),
+            (ReconcileReason::ObjectUpdated, true),
+            (ReconcileReason::ReconcilerRequestedRetry, true),
+            (ReconcileReason::ReconcilerRequestedRetry, false),
+            (ReconcileReason::ErrorPolicyRequestedRetry, true),
+            (ReconcileReason::ErrorPolicyRequestedRetry, false),
+            (ReconcileReason::Unknown, false),
+            (ReconcileReason::BulkReconcile, false),
+            (custom("gained"), true),
+        ];
+        for (reason, retry) in given {
+            let text = reason.to_string();
+            let kept = Kept::new(reason, retry);
+            assert_eq!(kept.is_retry(), retry, "{text}");
+            assert_eq!(kept.reason().to_string(), text);
+        }
+        assert_eq!(std::mem::size_of::<Kept>(), 16);
     }
 
     #[test]
