@@ -328,6 +328,9 @@ pub(crate) fn pick(marks: &Marks, promote: Option<(u64, u64)>) -> Option<Pick> {
             return Some(Pick::Oldest(i, at, seq));
         }
     }
+    if let [line] = &*marks.ranks {
+        return pick_in_line(line, marks.len()).map(|(i, rank)| Pick::First(i, rank));
+    }
     let mut seen = [EMPTY; MAX_SHARDS];
     let seen = &mut seen[..marks.len()];
     // The first read only fills `seen` (or, finding every shard empty,
@@ -343,6 +346,57 @@ pub(crate) fn pick(marks: &Marks, promote: Option<(u64, u64)>) -> Option<Pick> {
         (changed, best) = read(marks, seen);
     }
     best.map(|(i, rank)| Pick::First(i, rank))
+}
+
+/// [`pick`]'s reads for a queue of at most eight shards, whose ranks are
+/// one line: the line is copied whole, and the first shard found only in
+/// the copy the next copy agrees with. (Each copy is eight loads of one
+/// line, with no bounds to check; the ranks of shards a queue does not
+/// have stay [`EMPTY`].) This is the path of every queue of the default
+/// eight shards, and of one shard; it kept about a third of `pick`'s
+/// samples in a single-thread profile.
+#[inline]
+fn pick_in_line(line: &RankLine, shards: usize) -> Option<(usize, u64)> {
+    let mut seen = copy(line, shards);
+    if seen == [EMPTY; 8] {
+        return None;
+    }
+    let mut now = copy(line, shards);
+    while now != seen {
+        crate::sync::spin();
+        seen = now;
+        now = copy(line, shards);
+    }
+    first(&now)
+}
+
+/// The ranks of one line. Under loom only those of the queue's shards
+/// (each load is a branch of the model); otherwise all eight, the rest
+/// being [`EMPTY`] for good.
+#[inline]
+fn copy(line: &RankLine, shards: usize) -> [u64; 8] {
+    let n = if cfg!(tokio_workqueue_loom) {
+        shards
+    } else {
+        8
+    };
+    let mut out = [EMPTY; 8];
+    for (o, r) in out.iter_mut().zip(&line.0).take(n) {
+        *o = r.load(Acquire);
+    }
+    out
+}
+
+/// The shard whose rank goes first among `ranks`, with that rank.
+#[inline]
+fn first(ranks: &[u64; 8]) -> Option<(usize, u64)> {
+    let mut best: Option<(usize, u64)> = None;
+    for (i, &r) in ranks.iter().enumerate() {
+        if r != EMPTY && best.is_none_or(|(_, b)| before(r, b)) {
+            best = Some((i, r));
+        }
+    }
+    best
 }
 
 /// Reads every mark's rank into `seen`: whether any differs from what
@@ -387,6 +441,44 @@ mod tests {
         assert!(rank(i32::MIN, u32::MAX) < EMPTY);
         for p in [i32::MIN, -1, 0, 1, i32::MAX] {
             assert_eq!(priority(rank(p, 9)), p);
+        }
+    }
+
+    /// `pick` reads a queue of up to eight shards as one line, and more
+    /// line by line: both find the shard whose rank goes first, and none
+    /// when every shard is empty.
+    #[test]
+    fn pick_finds_the_first_rank_whatever_the_number_of_shards() {
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for shards in [1, 2, 4, 8, 16, 64] {
+            let marks = Marks::new(shards, false);
+            assert_eq!(pick(&marks, None), None, "{shards} empty shards");
+            for round in 0..200u32 {
+                let mut expected: Option<(usize, u64)> = None;
+                for i in 0..shards {
+                    let r = match next() % 4 {
+                        0 => EMPTY,
+                        // Distinct numbers, some wrapped past u32::MAX.
+                        k => rank(k as i32 - 2, (round * 64 + i as u32).wrapping_sub(1000)),
+                    };
+                    marks.rank_of(i).store(r, Release);
+                    if r != EMPTY && expected.is_none_or(|(_, b)| before(r, b)) {
+                        expected = Some((i, r));
+                    }
+                }
+                let found = pick(&marks, None);
+                assert_eq!(
+                    found,
+                    expected.map(|(i, r)| Pick::First(i, r)),
+                    "{shards} shards, round {round}"
+                );
+            }
         }
     }
 }

@@ -555,21 +555,12 @@ impl<K, O: Ordering<K>> Shared<K, O> {
     pub(crate) fn release(&self, i: usize, mut st: MutexGuard<'_, State<K, O>>, mut fx: Effects) {
         self.marks.publish(i, &mut st);
         drop(st);
-        let mut wake = WakeList::default();
-        if fx.wake_all {
-            self.waiters().notify_all(&mut wake);
-        } else if fx.wake > 0 {
-            // Every consumer that saw this shard empty and went to sleep
-            // is registered in `sleepers` as this load sees it: the store
-            // that made the shard show a key was SeqCst and happens before
-            // this load, through the shard's lock (see `Marks::publish`).
-            if self.sleepers.load(SeqCst) > 0 {
-                self.waiters().notify(fx.wake, &mut wake);
-            }
-        }
-        wake.wake();
-        if fx.wake_all {
-            self.drained.notify_waiters();
+        // Every consumer that saw this shard empty and went to sleep is
+        // registered in `sleepers` as this load sees it: the store that
+        // made the shard show a key was SeqCst and happens before this
+        // load, through the shard's lock (see `Marks::publish`).
+        if fx.wake_all || (fx.wake > 0 && self.sleepers.load(SeqCst) > 0) {
+            self.wake(&fx);
         }
         if let Some(w) = fx.timer_waker.take() {
             w.wake();
@@ -578,6 +569,26 @@ impl<K, O: Ordering<K>> Shared<K, O> {
             for _ in 0..fx.added {
                 m.add();
             }
+        }
+    }
+
+    /// Wakes the consumers `fx` asks for: one per key made ready, or all of
+    /// them and the drain waiters at a close or drain. Kept out of
+    /// [`release`](Self::release), whose callers mostly have nobody to
+    /// wake: building and emptying a wake list on each cost 5-6 % of W1's
+    /// throughput on an Intel VM.
+    #[cold]
+    #[inline(never)]
+    fn wake(&self, fx: &Effects) {
+        let mut wake = WakeList::default();
+        if fx.wake_all {
+            self.waiters().notify_all(&mut wake);
+        } else {
+            self.waiters().notify(fx.wake, &mut wake);
+        }
+        wake.wake();
+        if fx.wake_all {
+            self.drained.notify_waiters();
         }
     }
 
