@@ -11,7 +11,7 @@ use crate::error::AddError;
 use crate::nodes::KeyRef;
 use crate::ordering::{Ordering, Priorities};
 use crate::shared::{Holder, Shared, refused};
-use crate::state::{MAX_DELAY, When};
+use crate::state::{Effects, MAX_DELAY, When};
 use crate::sync::Arc;
 
 /// A key leased to one consumer.
@@ -231,7 +231,8 @@ impl<K, O: Ordering<K>> WorkItem<K, O> {
             readd = None;
             outcome = Err(AddError::ShuttingDown);
         }
-        let (fx, finished, forgotten) = st.finish(self.slot, self.lease, readd, now);
+        let mut fx = Effects::default();
+        let (finished, forgotten) = st.finish(self.slot, self.lease, readd, now, &mut fx);
         let outcome = outcome.and(finished.map_err(refused));
         shared.release(shard, st, fx);
         drop(forgotten);

@@ -446,8 +446,8 @@ impl<K: Key, O: Ordering<K>> Shared<K, O> {
         if self.is_shutting_down() {
             return Err(AddError::ShuttingDown);
         }
-        let fx = st
-            .add(key, h, priority, when, now.filter(|_| self.track))
+        let mut fx = Effects::default();
+        st.add(key, h, priority, when, now.filter(|_| self.track), &mut fx)
             .map_err(refused)?;
         shard.layout.publish(st.layout());
         self.release(i, st, fx);
