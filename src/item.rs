@@ -48,6 +48,14 @@ use crate::sync::Arc;
 /// assert_eq!(queue.len(), 1);
 /// # }
 /// ```
+// In declared order: the pointers first, the lease start (whose
+// nanoseconds are the niche that `Option<WorkItem>` and `Poll` use) last.
+// In the order Rust chose, the niche came third, and a consumer's copies
+// of a handed-out item split the pointers across two stores, so reading
+// the key could not take it from them and waited for every pending store
+// to reach the cache: W1 and W1-100k ran 3-4 % faster in this order on an
+// Intel VM.
+#[repr(C)]
 pub struct WorkItem<K, O: Ordering<K> = Priorities> {
     shared: Arc<Holder<K, O>>,
     /// The key where its shard keeps it, which the lease keeps in place.
@@ -58,9 +66,9 @@ pub struct WorkItem<K, O: Ordering<K> = Priorities> {
     /// The lease's entry in the queue's lease-time table.
     lease: u32,
     priority: i32,
+    ended: bool,
     /// Lease start, when the queue tracks times.
     started: Option<Instant>,
-    ended: bool,
 }
 
 impl<K: Key, O: Ordering<K>> WorkItem<K, O> {
