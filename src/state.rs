@@ -127,6 +127,7 @@ pub(crate) struct TimerEntry {
     pub(crate) at: u64,
 }
 
+#[cfg(test)]
 impl TimerEntry {
     /// The deadline, given the epoch of the state that made the entry.
     pub(crate) fn deadline(&self, epoch: Instant) -> Instant {
