@@ -209,12 +209,23 @@ impl GoPeers {
         };
         let trips = |w: &str| trips_of(c, w);
         // (what, ratio, target, what to print beside it)
-        let mut targets = vec![(
-            "W1 items/s vs client-go".to_string(),
-            ratio(m(c, "W1", "items/s"), m(CLIENT_GO, "W1", "items/s")),
-            1.5,
-            trips("W1"),
-        )];
+        let mut targets = vec![
+            (
+                "W1 items/s vs client-go".to_string(),
+                ratio(m(c, "W1", "items/s"), m(CLIENT_GO, "W1", "items/s")),
+                1.5,
+                trips("W1"),
+            ),
+            (
+                "W1-100k items/s vs client-go".to_string(),
+                ratio(
+                    m(c, "W1-100k", "items/s"),
+                    m(CLIENT_GO, "W1-100k", "items/s"),
+                ),
+                1.5,
+                trips("W1-100k"),
+            ),
+        ];
         let with_metrics = ratio(
             m(rust_metrics, "W1", "items/s"),
             m(CLIENT_GO_METRICS, "W1", "items/s"),
@@ -281,14 +292,6 @@ impl GoPeers {
                     pa(CLIENT_GO),
                     trips_of(one, "W2")
                 ),
-            ),
-            (
-                "W1-100k items/s vs client-go".to_string(),
-                ratio(
-                    m(c, "W1-100k", "items/s"),
-                    m(CLIENT_GO, "W1-100k", "items/s"),
-                ),
-                trips("W1-100k"),
             ),
             (
                 format!("W1 items/s vs {PQ}"),
