@@ -148,9 +148,9 @@ struct Wheel {
 
 impl Wheel {
     fn new(epoch: Instant) -> Self {
-        let start = shard::nanos_since(epoch, Instant::now());
+        let (start, queue) = fresh_queue(epoch);
         Wheel {
-            queue: DelayQueue::new(),
+            queue,
             start,
             slots: HashMap::default(),
             free: Vec::new(),
@@ -162,15 +162,19 @@ impl Wheel {
         }
     }
 
-    /// The millisecond of the `DelayQueue` that `e` is due in, and its end.
-    fn slot_of(&self, e: &TimerEntry) -> (u64, Instant) {
-        let ms = e.at.saturating_sub(self.start).div_ceil(SLOT_NANOS);
-        let end = self.epoch + Duration::from_nanos(self.start + ms * SLOT_NANOS);
-        (ms, end)
+    /// The millisecond of the `DelayQueue` that `e` is due in.
+    fn ms_of(&self, e: &TimerEntry) -> u64 {
+        e.at.saturating_sub(self.start).div_ceil(SLOT_NANOS)
+    }
+
+    /// The end of millisecond `ms` of the `DelayQueue`.
+    fn end_of(&self, ms: u64) -> Instant {
+        self.epoch + Duration::from_nanos(self.start + ms * SLOT_NANOS)
     }
 
     fn insert(&mut self, e: TimerEntry) {
-        let (mut ms, mut end) = self.slot_of(&e);
+        let mut ms = self.ms_of(&e);
+        // The common case: a millisecond that has delays already.
         if let Some(slot) = self.slots.get_mut(&ms) {
             slot.push(e);
             return;
@@ -178,13 +182,13 @@ impl Wheel {
         if self.queue.is_empty()
             && self
                 .polled_at
-                .is_some_and(|at| end.saturating_duration_since(at) > WHEEL_REFRESH)
+                .is_some_and(|at| self.end_of(ms).saturating_duration_since(at) > WHEEL_REFRESH)
         {
             // Polled right after the inserts, in this same round.
             self.reset();
-            (ms, end) = self.slot_of(&e);
+            ms = self.ms_of(&e);
         }
-        self.queue.insert_at(ms, end);
+        self.queue.insert_at(ms, self.end_of(ms));
         let mut slot = self.free.pop().unwrap_or_default();
         slot.push(e);
         self.slots.insert(ms, slot);
@@ -204,8 +208,7 @@ impl Wheel {
 
     /// Drops every entry and starts an empty wheel.
     fn reset(&mut self) {
-        self.start = shard::nanos_since(self.epoch, Instant::now());
-        self.queue = DelayQueue::new();
+        (self.start, self.queue) = fresh_queue(self.epoch);
         self.slots.clear();
         self.polled_at = None;
     }
@@ -223,6 +226,13 @@ impl Wheel {
         self.expired
             .sort_unstable_by_key(|e| (e.at, e.seq.wrapping_sub(first.seq) as i32));
     }
+}
+
+/// An empty `DelayQueue`, and its start as nanoseconds from `epoch`, read
+/// just before it is made (see [`Wheel`]).
+fn fresh_queue(epoch: Instant) -> (u64, DelayQueue<u64>) {
+    let start = shard::nanos_since(epoch, Instant::now());
+    (start, DelayQueue::new())
 }
 
 /// `epoch` is the shards', which entries' deadlines count from.
@@ -327,7 +337,6 @@ async fn run<K: Key, O: Ordering<K>>(queue: &Weak<Shared<K, O>>, epoch: Instant)
 mod tests {
     use super::*;
     use proptest::prelude::*;
-    use std::future::poll_fn;
 
     const US: u64 = 1_000;
 
