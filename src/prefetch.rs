@@ -72,7 +72,15 @@ pub(crate) fn prefetch(addr: usize) {
 /// The last [`IndexLayout`] seen under the lock, readable without it, so a
 /// producer can prefetch before it takes the lock. Torn or stale reads are
 /// harmless for the same reason as above.
+///
+/// It sits on cache lines of its own. Beside its shard's lock, the read
+/// before an add fetched the lock's line shared, and the lock then had to
+/// fetch it again to own it: two transfers from the core that last held
+/// the lock instead of one (the read was 3.5 % of W2's samples on an AMD
+/// EPYC VM). Alone, the layout changes only when the table moves, so every
+/// core keeps a copy.
 #[derive(Debug, Default)]
+#[repr(align(128))]
 pub(crate) struct SharedLayout {
     ctrl: AtomicUsize,
     mask: AtomicUsize,
