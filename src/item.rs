@@ -242,7 +242,7 @@ impl<K, O: Ordering<K>> WorkItem<K, O> {
         let mut fx = Effects::default();
         let (finished, forgotten) = st.finish(self.slot, self.lease, readd, now, &mut fx);
         let outcome = outcome.and(finished.map_err(refused));
-        shared.release(shard, st, fx);
+        shared.release(shard, st, &mut fx);
         drop(forgotten);
         self.report_done(now);
         if retry

@@ -264,8 +264,8 @@ async fn run<K: Key, O: Ordering<K>>(queue: &Weak<Shared<K, O>>, epoch: Instant)
                 let i = first.shard as usize;
                 let mut st = shared.shards[i].state.lock();
                 let run = std::iter::from_fn(|| expired.next_if(|e| e.shard == first.shard));
-                let fx = st.fire_expired(run, now);
-                shared.release(i, st, fx);
+                let mut fx = st.fire_expired(run, now);
+                shared.release(i, st, &mut fx);
             }
             drop(expired);
             let mut fresh = false;
