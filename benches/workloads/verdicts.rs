@@ -1,6 +1,7 @@
 //! The target verdicts: ratios of medians measured in this run, and how
 //! the figures are concluded (table, verdicts, JSON).
 
+use crate::cores;
 use crate::report::Report;
 use crate::settings::{Config, W5_BOUND, W5_ITEM, W7_TARGET};
 use crate::subjects::{CRATE, Crate, Order, Subject, metrics_hook};
@@ -35,6 +36,17 @@ pub fn ratio(
         // against 1.05) does not print as equal to it.
         lines.push((format!("{what}: {r:.3}x (target {op} {want}x)"), Some(ok)));
     }
+}
+
+/// A note for a verdict whose two sides ran at core round trips more than
+/// 1.5x apart (the VM's fast and slow modes, see `cores.rs`): the ratio
+/// is then as much the machine's as the code's, and the verdict says so
+/// rather than leave a reader to find it in the table.
+fn modes_differ(report: &Report, (ia, wa): (&str, &str), (ib, wb): (&str, &str)) -> Option<String> {
+    let a = report.median(ia, wa, cores::ROUND_TRIP)?;
+    let b = report.median(ib, wb, cores::ROUND_TRIP)?;
+    (a.max(b) > 1.5 * a.min(b))
+        .then(|| format!("; core round trip {a:.0} vs {b:.0} ns: the sides ran in different modes"))
 }
 
 /// The verdicts on this crate's queue against `mpsc` and against itself
@@ -102,6 +114,7 @@ pub fn queue(report: &Report) -> Vec<Line> {
         ),
     ];
     for (what, (ia, wa, fa), (ib, wb, fb), want, at_least) in targets {
+        let before = lines.len();
         ratio(
             &mut lines,
             what,
@@ -110,6 +123,12 @@ pub fn queue(report: &Report) -> Vec<Line> {
             want,
             at_least,
         );
+        if lines.len() > before
+            && let Some(note) = modes_differ(report, (ia, wa), (ib, wb))
+            && let Some((text, _)) = lines.last_mut()
+        {
+            text.push_str(&note);
+        }
     }
     if let (Some(a), Some(b)) = (
         m(c, "W3", "lateness p99 ms"),
