@@ -34,6 +34,26 @@ pub fn with_round_trip<E>(
     Ok(figures)
 }
 
+/// How far apart two round trips may be and still be one mode of the
+/// machine: the fast and slow modes seen so far are 3-5x apart.
+const ONE_MODE: f64 = 1.5;
+
+/// Whether round trips `a` and `b` were measured in different modes.
+pub fn modes_differ(a: f64, b: f64) -> bool {
+    a.max(b) > ONE_MODE * a.min(b)
+}
+
+/// What a verdict on a ratio prints beside it: both sides' round trips,
+/// and a warning when they ran in different modes.
+pub fn beside(a: f64, b: f64) -> String {
+    let warning = if modes_differ(a, b) {
+        ": the sides ran in different modes"
+    } else {
+        ""
+    };
+    format!("; core round trip {a:.0} vs {b:.0} ns{warning}")
+}
+
 /// Round trips per measurement, in chunks of `CHUNK`, and the longest a
 /// measurement may take (a loaded machine can deschedule the other thread).
 const TRIPS: u64 = 20_000;

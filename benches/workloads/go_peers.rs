@@ -204,7 +204,7 @@ impl GoPeers {
             m(ours, w, cores::ROUND_TRIP),
             m(CLIENT_GO, w, cores::ROUND_TRIP),
         ) {
-            (Some(a), Some(b)) => format!("; core round trip {a:.0} vs {b:.0} ns"),
+            (Some(a), Some(b)) => cores::beside(a, b),
             _ => String::new(),
         };
         let trips = |w: &str| trips_of(c, w);

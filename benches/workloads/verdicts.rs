@@ -38,15 +38,14 @@ pub fn ratio(
     }
 }
 
-/// A note for a verdict whose two sides ran at core round trips more than
-/// 1.5x apart (the VM's fast and slow modes, see `cores.rs`): the ratio
-/// is then as much the machine's as the code's, and the verdict says so
-/// rather than leave a reader to find it in the table.
+/// The round trips beside a verdict whose two sides ran in different
+/// modes (see `cores.rs`): its ratio is then as much the machine's as the
+/// code's, and the verdict says so rather than leave a reader to find it
+/// in the table. (The client-go verdicts print them always.)
 fn modes_differ(report: &Report, (ia, wa): (&str, &str), (ib, wb): (&str, &str)) -> Option<String> {
     let a = report.median(ia, wa, cores::ROUND_TRIP)?;
     let b = report.median(ib, wb, cores::ROUND_TRIP)?;
-    (a.max(b) > 1.5 * a.min(b))
-        .then(|| format!("; core round trip {a:.0} vs {b:.0} ns: the sides ran in different modes"))
+    cores::modes_differ(a, b).then(|| cores::beside(a, b))
 }
 
 /// The verdicts on this crate's queue against `mpsc` and against itself
