@@ -105,6 +105,17 @@ impl<K: Key, O: Ordering<K>> WorkQueue<K, O> {
     /// compute for long should `tokio::spawn` their work, or several loops
     /// run on spawned tasks.
     ///
+    /// A producer that adds many keys in one poll (a loop over a listed
+    /// page, a periodic resync of every key) should yield now and then,
+    /// `tokio::task::yield_now().await` every few hundred adds. Its first
+    /// add wakes the loop, and tokio runs a task woken from a worker
+    /// thread next on that same thread (its "LIFO slot", which the other
+    /// workers do not take tasks from), so the loop waits until the
+    /// producer yields while the other cores may idle. In the crate's W1
+    /// benchmark (a million adds in one loop, the keys worked by
+    /// `for_each_concurrent(4, ..)`, two worker threads) a yield every 256
+    /// adds made the whole run 1.32x faster.
+    ///
     /// ```
     /// use std::sync::atomic::{AtomicU32, Ordering};
     /// use std::sync::Arc;
