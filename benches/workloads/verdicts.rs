@@ -19,30 +19,35 @@ pub fn metrics_name() -> String {
 }
 
 /// Pushes the verdict on the ratio `a / b` against `want` (which the ratio
-/// must reach, or with `!at_least` not exceed), when both figures are there.
-pub fn ratio(
-    lines: &mut Vec<Line>,
+/// must reach, or with `!at_least` not exceed), when both figures are
+/// there, and returns it for the caller to add to.
+pub fn ratio<'a>(
+    lines: &'a mut Vec<Line>,
     what: &str,
     a: Option<f64>,
     b: Option<f64>,
     want: f64,
     at_least: bool,
-) {
-    if let (Some(a), Some(b)) = (a, b) {
-        let r = a / b;
-        let ok = if at_least { r >= want } else { r <= want };
-        let op = if at_least { ">=" } else { "<=" };
-        // Three decimals, so that a ratio just past its target (1.055
-        // against 1.05) does not print as equal to it.
-        lines.push((format!("{what}: {r:.3}x (target {op} {want}x)"), Some(ok)));
-    }
+) -> Option<&'a mut Line> {
+    let (a, b) = a.zip(b)?;
+    let r = a / b;
+    let ok = if at_least { r >= want } else { r <= want };
+    let op = if at_least { ">=" } else { "<=" };
+    // Three decimals, so that a ratio just past its target (1.055
+    // against 1.05) does not print as equal to it.
+    lines.push((format!("{what}: {r:.3}x (target {op} {want}x)"), Some(ok)));
+    lines.last_mut()
 }
 
 /// The round trips beside a verdict whose two sides ran in different
 /// modes (see `cores.rs`): its ratio is then as much the machine's as the
 /// code's, and the verdict says so rather than leave a reader to find it
 /// in the table. (The client-go verdicts print them always.)
-fn modes_differ(report: &Report, (ia, wa): (&str, &str), (ib, wb): (&str, &str)) -> Option<String> {
+fn round_trip_note(
+    report: &Report,
+    (ia, wa): (&str, &str),
+    (ib, wb): (&str, &str),
+) -> Option<String> {
     let a = report.median(ia, wa, cores::ROUND_TRIP)?;
     let b = report.median(ib, wb, cores::ROUND_TRIP)?;
     cores::modes_differ(a, b).then(|| cores::beside(a, b))
@@ -113,8 +118,7 @@ pub fn queue(report: &Report) -> Vec<Line> {
         ),
     ];
     for (what, (ia, wa, fa), (ib, wb, fb), want, at_least) in targets {
-        let before = lines.len();
-        ratio(
+        let line = ratio(
             &mut lines,
             what,
             m(ia, wa, fa),
@@ -122,9 +126,8 @@ pub fn queue(report: &Report) -> Vec<Line> {
             want,
             at_least,
         );
-        if lines.len() > before
-            && let Some(note) = modes_differ(report, (ia, wa), (ib, wb))
-            && let Some((text, _)) = lines.last_mut()
+        if let Some((text, _)) = line
+            && let Some(note) = round_trip_note(report, (ia, wa), (ib, wb))
         {
             text.push_str(&note);
         }
