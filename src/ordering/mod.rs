@@ -325,9 +325,7 @@ impl<'a, K, E> Queued<'a, K, E> {
     /// never fails and changes nothing).
     #[inline]
     pub fn prefetch(&self, h: Handle) {
-        if let Some(node) = self.nodes.get(h.index()) {
-            crate::prefetch::prefetch(std::ptr::from_ref(node).addr());
-        }
+        self.nodes.prefetch(h.index());
     }
 }
 
