@@ -353,6 +353,14 @@ impl Packed {
     }
 
     #[inline(always)]
+    fn oldest(i: usize, at: u64, seq: u32) -> Packed {
+        Packed {
+            word: at,
+            tag: OLDEST | (i as u64) << 32 | u64::from(seq),
+        }
+    }
+
+    #[inline(always)]
     fn unpack(self) -> Option<Pick> {
         if self.tag == u64::MAX {
             return None;
@@ -406,10 +414,7 @@ fn pick_any(marks: &Marks, promote: Option<(u64, u64)>) -> Packed {
             }
         }
         if let Some((i, at, seq)) = oldest {
-            return Packed {
-                word: at,
-                tag: OLDEST | (i as u64) << 32 | u64::from(seq),
-            };
+            return Packed::oldest(i, at, seq);
         }
     }
     // A bound with no key past it: the one-line path again. `pick` taking

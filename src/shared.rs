@@ -493,10 +493,10 @@ impl<K: Key, O: Ordering<K>> Shared<K, O> {
             // its holder is taking that key, and publishes the next before
             // it unlocks. Looking at the lock again would only pull its
             // line away from the holder, whose unlock must then take it
-            // back; every fourth look tries it all the same, since a holder
-            // that leaves the key first (a producer adding behind it, a
-            // lease end) publishes no change.
-            if busy == Some(pick) && tries < TRIES && tries % 4 != 0 {
+            // back; once the looks run out it is tried all the same, since
+            // a holder that leaves the key first (a producer adding behind
+            // it, a lease end) publishes no change.
+            if busy == Some(pick) && tries < TRIES {
                 tries += 1;
                 crate::sync::spin();
                 continue;
