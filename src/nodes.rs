@@ -211,6 +211,12 @@ impl<K, T> Nodes<K, T> {
     ///
     /// No lease on node `i`'s key is alive: no [`KeyRef`] to it is read
     /// from now on.
+    // Inlined, so that the caller's `key` is written straight into the
+    // cell. As a call, the key came through the caller's stack, and a lease
+    // end's `None` (one 8-byte store of `String`'s niche) was read back here
+    // by a 16-byte load, which no store can forward: it waited for every
+    // store before it to reach the cache (5 % of a W1 profile with metrics).
+    #[inline]
     pub(crate) unsafe fn replace_key(&mut self, i: usize, key: Option<K>) -> Option<K> {
         let SlotRef(slot) = self.slot(i).expect("a node in range");
         // SAFETY: `&mut self` excludes every reference made by `key`, and
