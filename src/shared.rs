@@ -75,7 +75,7 @@ enum Taken<K> {
 /// W3 lateness p99 0.98x. Consumers in one task (`for_each_concurrent`)
 /// ran W2 at 0.948x, behind in 8 of 8: their task yields to the producers
 /// more often and merges fewer adds (processed/adds 0.20 to 0.23, against
-/// client-go's 0.60-0.83), and stays 2.05-2.24x client-go.
+/// client-go's 0.60-0.81 in full runs), and stays 2.05-2.24x client-go.
 #[cfg(not(tokio_workqueue_loom))]
 const TRIES: u32 = 4;
 /// Once under loom: each look is a branch of the model.
