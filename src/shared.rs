@@ -407,11 +407,14 @@ impl<K, O: Ordering<K>> Shared<K, O> {
     /// shards are shut down yet, so a shutdown refuses adds at one moment.
     pub(crate) fn shut_down(&self, keep_until: Option<Instant>, dropped: &mut dyn FnMut(&K)) {
         self.shutting_down.store(true, SeqCst);
+        let mut freed = Vec::new();
         for i in 0..self.shards.len() {
             let mut st = self.shards[i].state.lock();
-            let mut fx = st.shutdown_keeping(keep_until, dropped);
+            let mut fx = st.shutdown_keeping(keep_until, dropped, &mut freed);
             self.release(i, st, &mut fx);
         }
+        // Keys are dropped with no lock held (see `add`).
+        drop(freed);
         // `closed` waiters that looked at the flag before it was set were
         // woken by the shards' shutdowns, or are woken here.
         self.drained.notify_waiters();
@@ -459,10 +462,14 @@ impl<K: Key, O: Ordering<K>> Shared<K, O> {
             return Err(AddError::ShuttingDown);
         }
         let mut fx = Effects::default();
-        st.add(key, h, priority, when, now.filter(|_| self.track), &mut fx)
+        let merged = st
+            .add(key, h, priority, when, now.filter(|_| self.track), &mut fx)
             .map_err(refused)?;
         shard.layout.publish(st.layout());
         self.release(i, st, &mut fx);
+        // A key that merged into one the queue holds is freed here, not
+        // under the lock, where it would lengthen every other thread's wait.
+        drop(merged);
         if retry && let Some(m) = &self.metrics {
             m.retry();
         }

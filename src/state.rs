@@ -500,7 +500,9 @@ fn alloc<K, E>(
 }
 
 impl<K: Eq + Hash, O: Ordering<K>> State<K, O> {
-    /// Adds `key` (hashed to `h`) with `priority`, ready `when`.
+    /// Adds `key` (hashed to `h`) with `priority`, ready `when`; gives
+    /// `key` back when it merged into a key the queue holds, for the caller
+    /// to drop after releasing the lock.
     ///
     /// `now` is the caller's clock reading when times are tracked. What the
     /// caller must do once the lock is released goes to `fx`, which the
@@ -517,7 +519,7 @@ impl<K: Eq + Hash, O: Ordering<K>> State<K, O> {
         when: When,
         now: Option<Instant>,
         fx: &mut Effects,
-    ) -> Result<(), Refused> {
+    ) -> Result<Option<K>, Refused> {
         if self.shutdown {
             return Err(Refused::ShuttingDown);
         }
@@ -541,7 +543,7 @@ impl<K: Eq + Hash, O: Ordering<K>> State<K, O> {
             Entry::Occupied(e) => {
                 let slot = *e.get();
                 self.merge(slot, priority, when, now, fx);
-                return Ok(());
+                return Ok(Some(key));
             }
             Entry::Vacant(v) => v,
         };
@@ -581,7 +583,7 @@ impl<K: Eq + Hash, O: Ordering<K>> State<K, O> {
                 self.waiting += 1;
             }
         }
-        Ok(())
+        Ok(None)
     }
 }
 
@@ -1265,17 +1267,20 @@ impl<K, O: Ordering<K>> State<K, O> {
     /// Refuses further adds and drops every pending delay.
     #[cfg(test)]
     pub(crate) fn shutdown(&mut self) -> Effects {
-        self.shutdown_keeping(None, &mut |_| {})
+        self.shutdown_keeping(None, &mut |_| {}, &mut Vec::new())
     }
 
     /// Refuses further adds and drops the pending delays due after
     /// `keep_until` (all of them if `None`), telling `dropped` each key
     /// whose delay it drops. The kept ones still fire: until they have,
-    /// the queue is neither closed nor drained.
+    /// the queue is neither closed nor drained. The keys the queue lets go
+    /// of (those not leased) go to `freed`, for the caller to drop once it
+    /// has released the lock.
     pub(crate) fn shutdown_keeping(
         &mut self,
         keep_until: Option<Instant>,
         dropped: &mut dyn FnMut(&K),
+        freed: &mut Vec<K>,
     ) -> Effects {
         let mut fx = Effects::default();
         if self.shutdown {
@@ -1300,7 +1305,7 @@ impl<K, O: Ordering<K>> State<K, O> {
             }
             let node = &mut self.nodes[slot as usize];
             match node.place {
-                Place::Waiting { .. } => drop(self.unlink_slot(slot)),
+                Place::Waiting { .. } => freed.extend(self.unlink_slot(slot)),
                 _ => node.place = Place::Leased,
             }
         }

@@ -1,0 +1,112 @@
+//! A key the queue lets go of is dropped after its shard's lock is released:
+//! the copy an add brings of a key the queue holds already (a merge), a key
+//! whose lease ends, and a delayed key a shutdown drops. A key's drop can take long (a last reference to a
+//! large value) and every other producer and consumer of the shard would
+//! wait for it; a drop that calls back into the queue would deadlock. The
+//! keys here call `len()`, which takes every shard's lock, as they are
+//! dropped, so a drop under a lock hangs the thread, and the test fails on
+//! its deadline instead of hanging with it.
+
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::mpsc;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use tokio_workqueue::WorkQueue;
+
+/// A key that looks at its queue when it is dropped.
+struct Reentrant {
+    name: &'static str,
+    queue: Arc<OnceLock<WorkQueue<Reentrant>>>,
+    drops: Arc<AtomicUsize>,
+}
+
+impl Clone for Reentrant {
+    fn clone(&self) -> Self {
+        Reentrant {
+            name: self.name,
+            queue: self.queue.clone(),
+            drops: self.drops.clone(),
+        }
+    }
+}
+
+impl PartialEq for Reentrant {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+impl Eq for Reentrant {}
+impl Hash for Reentrant {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.name.hash(state)
+    }
+}
+
+impl Drop for Reentrant {
+    fn drop(&mut self) {
+        if let Some(queue) = self.queue.get() {
+            // Takes every shard's lock: hangs if one is held by this thread.
+            let _ = queue.len();
+        }
+        self.drops.fetch_add(1, SeqCst);
+    }
+}
+
+/// Runs `scenario` on a thread of its own and fails if it has not finished
+/// within the deadline (a drop under a lock never finishes).
+fn finishes(scenario: impl FnOnce() + Send + 'static) {
+    let (done, finished) = mpsc::channel();
+    std::thread::spawn(move || {
+        scenario();
+        let _ = done.send(());
+    });
+    finished
+        .recv_timeout(Duration::from_secs(10))
+        .expect("a key was dropped while its shard's lock was held (the thread hangs)");
+}
+
+#[test]
+fn merged_released_and_shut_down_keys_are_dropped_outside_the_lock() {
+    finishes(|| {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let queue = Arc::new(OnceLock::new());
+            let drops = Arc::new(AtomicUsize::new(0));
+            let key = || Reentrant {
+                name: "a",
+                queue: queue.clone(),
+                drops: drops.clone(),
+            };
+            let q = queue.get_or_init(WorkQueue::new).clone();
+
+            q.add(key()).unwrap();
+            // Merges into the ready key: the new copy is dropped.
+            q.add(key()).unwrap();
+            assert_eq!(drops.load(SeqCst), 1);
+
+            let item = q.get().await.unwrap();
+            // Merges into the leased key (it goes dirty): dropped again.
+            q.add(key()).unwrap();
+            assert_eq!(drops.load(SeqCst), 2);
+            // A dirty key stays queued at its lease end: nothing dropped.
+            drop(item);
+            assert_eq!(drops.load(SeqCst), 2);
+            assert_eq!(q.len(), 1);
+
+            // This lease ends clean: the queue lets go of the key.
+            drop(q.get().await.unwrap());
+            assert_eq!(drops.load(SeqCst), 3);
+            assert!(q.is_empty());
+
+            // A shutdown drops the delays still pending, and their keys.
+            q.add_after(key(), Duration::from_secs(60)).unwrap();
+            q.shutdown();
+            assert_eq!(drops.load(SeqCst), 4);
+        });
+    });
+}
