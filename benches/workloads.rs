@@ -27,9 +27,11 @@
 //! cargo bench --bench workloads -- --no-go    # without the Go peers
 //! cargo bench --bench workloads -- --threads=8 W1 W2   # 8 tokio workers, GOMAXPROCS=8
 //! cargo bench --bench workloads --features prometheus   # metrics rows on Prometheus
+//! cargo bench --bench workloads -- --help     # these options
 //! ```
 //!
-//! Prints a table, target verdicts (ratios of medians measured in this run)
+//! Prints a table, target verdicts (ratios of medians measured in this run,
+//! headed by the CPU they ran on, from `/proc/cpuinfo`)
 //! and writes the rows to `target/workloads.json`. Each figure is the median
 //! of the runs after one warm-up run, with the min and max beside it; each run
 //! gets a fresh tokio runtime (2 workers, `--threads=N` for N), and the implementations take turns

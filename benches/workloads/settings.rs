@@ -25,6 +25,60 @@ pub struct Config {
     pub go_peers: go_peers::GoPeers,
 }
 
+/// What `--help` prints. Flags it does not list are ignored (`cargo bench`
+/// passes `--bench`).
+const USAGE: &str = "\
+usage: cargo bench --bench workloads [--features prometheus] -- [OPTIONS] [WORKLOAD...]
+
+  WORKLOAD...      run only the workloads whose name contains one of these
+                   (W1, W1-100k, W2 .. W7; C1 in the kube crate's benchmark)
+  --quick          N/20 and 3 runs, as CI runs it
+  --impl=NAME      only the implementations whose name contains NAME
+  --impl=NAME$     only the implementation named NAME
+  --threads=N      N tokio worker threads (and GOMAXPROCS=N for the Go peers); 2 by default
+  --no-go          without the Go peers
+  --verbose        also print every run's figures
+  -h, --help       this text
+
+Prints a table and the target verdicts (with the CPU they ran on), and writes
+the rows to target/workloads.json (the kube crate's: target/workloads-kube.json).
+";
+
+/// The CPU the run is on, from `/proc/cpuinfo` (what `lscpu` reads): its
+/// model name, vendor, family and model numbers, how many logical CPUs
+/// there are, and whether a hypervisor runs the machine. Printed with the
+/// verdicts, since a ratio to another queue depends on the CPU as well.
+pub fn machine() -> String {
+    let Ok(info) = std::fs::read_to_string("/proc/cpuinfo") else {
+        return "unknown (no /proc/cpuinfo)".into();
+    };
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                (k.trim() == name).then(|| v.trim().to_string())
+            })
+            .unwrap_or_else(|| "?".into())
+    };
+    let cpus = info
+        .lines()
+        .filter(|l| l.split(':').next().is_some_and(|k| k.trim() == "processor"))
+        .count();
+    let virtual_machine = field("flags").split_whitespace().any(|f| f == "hypervisor");
+    format!(
+        "{} ({} family {} model {}), {cpus} logical CPUs{}",
+        field("model name"),
+        field("vendor_id"),
+        field("cpu family"),
+        field("model"),
+        if virtual_machine {
+            ", under a hypervisor"
+        } else {
+            ""
+        }
+    )
+}
+
 /// `--threads=N`: tokio worker threads for every run of ours and mpsc's, and
 /// GOMAXPROCS for the Go peers. Default 2 (the 2-vCPU machines the targets
 /// were set on).
@@ -43,6 +97,10 @@ impl Config {
         let mut verbose = false;
         for arg in std::env::args().skip(1) {
             match arg.as_str() {
+                "--help" | "-h" => {
+                    print!("{USAGE}");
+                    std::process::exit(0);
+                }
                 "--quick" => quick = true,
                 "--verbose" => verbose = true,
                 a if a.starts_with("--impl=") => imp = Some(a["--impl=".len()..].to_string()),

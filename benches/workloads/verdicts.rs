@@ -231,7 +231,10 @@ pub fn print(cfg: &Config, lines: Vec<Line>) {
     if lines.is_empty() {
         return;
     }
-    println!("\nTargets (ratios of medians from this run):");
+    println!(
+        "\nTargets (ratios of medians from this run; CPU: {}):",
+        crate::settings::machine()
+    );
     if cfg.quick {
         println!("  (quick mode: small N and few runs, so these say little)");
     }
