@@ -101,7 +101,7 @@ impl<K: Key, O: Ordering<K>> WorkQueue<K, O> {
     /// queue's hand-outs then stay on one core, which, with many quick
     /// keys, beat consumers spread over cores whenever moving a cache line
     /// between cores was slow (measured with `for_each_concurrent`, the
-    /// same shape: the crate README's Performance section). Jobs that
+    /// same shape: `PERFORMANCE.md` in the crate's sources). Jobs that
     /// compute for long should `tokio::spawn` their work, or several loops
     /// run on spawned tasks.
     ///

@@ -150,8 +150,8 @@
 //! (its profile samples gather just after the ordering barrier the vDSO
 //! puts before reading the CPU's timestamp counter). In the benchmark's W1,
 //! where consumers on two threads drain a backlog, that per-key cost is
-//! what metrics cost: they drain at about half the rate (see the README's
-//! performance section for the measurements).
+//! what metrics cost: they drain at about half the rate (see
+//! `PERFORMANCE.md` in the crate's sources for the measurements).
 //!
 //! A scrape locks each queue once, briefly, and walks its leases in flight.
 
