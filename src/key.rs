@@ -9,15 +9,23 @@ use std::hash::Hash;
 /// implemented by hand: `String`, integers, tuples of them and kube-runtime's
 /// `ObjectRef` are all keys.
 ///
-/// A queue keeps one copy of each key it holds, the one an add moved in.
-/// Keys are cloned only where a second copy must outlive the queue's: the
-/// rate limiters' per-key failure counts, [`run`](crate::WorkQueue::run)'s
-/// retry after a panic, and the keys a drain reports dropped. A key is
-/// hashed before its shard's lock is taken, and compared (`Eq`) under it, so
-/// both should be quick and must not call into the queue. It is dropped
-/// with no lock held (the copy an add brings of a key already held, the key
-/// of an ended lease, a delayed key a shutdown drops), so a key's `Drop` may
+/// A queue keeps one copy of each key it holds, the one an add moved in,
+/// and drops its copies with no lock held: the copy an add brings of a key
+/// already held, the key of an ended lease, a delayed key a shutdown drops,
+/// and a rate limiter's copy once it forgets the key. So a key's `Drop` may
 /// take as long as it needs, and may use the queue.
+///
+/// Keys are cloned where a second copy must live apart from the queue's: a
+/// rate limiter's per-key failure count, the key
+/// [`run`](crate::WorkQueue::run) keeps of each job to retry it after a
+/// panic, [`WorkItem::into_key`](crate::WorkItem::into_key), the keys a
+/// drain reports it dropped, and a partitioned queue's panic reports. A key
+/// is hashed before its shard's lock is taken, but compared (`Eq`) under it
+/// and under a rate limiter's lock, a drain's clones are made under the
+/// shard's lock, and an ordering's own functions (a
+/// [`FairShare`](crate::FairShare)'s tenant of a key) run under it. So
+/// `Hash`, `Eq` and `Clone` should be quick and must not call into the
+/// queue.
 ///
 /// ```
 /// fn takes_keys<K: tokio_workqueue::Key>(_: K) {}

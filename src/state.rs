@@ -521,6 +521,9 @@ impl<K: Eq + Hash, O: Ordering<K>> State<K, O> {
         fx: &mut Effects,
     ) -> Result<Option<K>, Refused> {
         if self.shutdown {
+            // Not reached through `Shared::add`, which checks the queue's
+            // flag (set before any shard's) under this lock first, so no
+            // key is dropped here under the lock.
             return Err(Refused::ShuttingDown);
         }
         let h = h as u32;

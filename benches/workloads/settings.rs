@@ -28,7 +28,7 @@ pub struct Config {
 /// What `--help` prints. Flags it does not list are ignored (`cargo bench`
 /// passes `--bench`).
 const USAGE: &str = "\
-usage: cargo bench --bench workloads [--features prometheus] -- [OPTIONS] [WORKLOAD...]
+usage: cargo bench [-p tokio-workqueue-kube] --bench workloads [--features prometheus] -- [OPTIONS] [WORKLOAD...]
 
   WORKLOAD...      run only the workloads whose name contains one of these
                    (W1, W1-100k, W2 .. W7; C1 in the kube crate's benchmark)
@@ -44,39 +44,54 @@ Prints a table and the target verdicts (with the CPU they ran on), and writes
 the rows to target/workloads.json (the kube crate's: target/workloads-kube.json).
 ";
 
-/// The CPU the run is on, from `/proc/cpuinfo` (what `lscpu` reads): its
-/// model name, vendor, family and model numbers, how many logical CPUs
-/// there are, and whether a hypervisor runs the machine. Printed with the
-/// verdicts, since a ratio to another queue depends on the CPU as well.
+/// The CPU the run is on, from `/proc/cpuinfo` (what `lscpu` reads): on
+/// x86 its model name, vendor, family and model numbers and whether a
+/// hypervisor runs the machine, elsewhere what the file names (on Arm its
+/// implementer and part numbers), and how many logical CPUs there are.
+/// Printed with the verdicts, since a ratio to another queue depends on
+/// the CPU as well.
 pub fn machine() -> String {
     let Ok(info) = std::fs::read_to_string("/proc/cpuinfo") else {
         return "unknown (no /proc/cpuinfo)".into();
     };
     let field = |name: &str| {
-        info.lines()
-            .find_map(|l| {
-                let (k, v) = l.split_once(':')?;
-                (k.trim() == name).then(|| v.trim().to_string())
-            })
-            .unwrap_or_else(|| "?".into())
+        info.lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            (k.trim() == name).then(|| v.trim().to_string())
+        })
     };
     let cpus = info
         .lines()
         .filter(|l| l.split(':').next().is_some_and(|k| k.trim() == "processor"))
         .count();
-    let virtual_machine = field("flags").split_whitespace().any(|f| f == "hypervisor");
-    format!(
-        "{} ({} family {} model {}), {cpus} logical CPUs{}",
-        field("model name"),
-        field("vendor_id"),
-        field("cpu family"),
-        field("model"),
-        if virtual_machine {
-            ", under a hypervisor"
-        } else {
-            ""
+    let mut about = Vec::new();
+    for (label, name) in [
+        ("", "vendor_id"),
+        ("family ", "cpu family"),
+        ("model ", "model"),
+        ("implementer ", "CPU implementer"),
+        ("part ", "CPU part"),
+    ] {
+        if let Some(v) = field(name) {
+            about.push(format!("{label}{v}"));
         }
-    )
+    }
+    let model = field("model name").unwrap_or_else(|| "CPU".into());
+    let about = if about.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", about.join(" "))
+    };
+    let flags = field("flags")
+        .or_else(|| field("Features"))
+        .unwrap_or_default();
+    let virtual_machine = flags.split_whitespace().any(|f| f == "hypervisor");
+    let under = if virtual_machine {
+        ", under a hypervisor"
+    } else {
+        ""
+    };
+    format!("{model}{about}, {cpus} logical CPUs{under}")
 }
 
 /// `--threads=N`: tokio worker threads for every run of ours and mpsc's, and

@@ -20,10 +20,11 @@
 //! cargo bench -p tokio-workqueue-kube --bench workloads -- W1 C1     # only workloads whose name contains W1 or C1
 //! cargo bench -p tokio-workqueue-kube --bench workloads -- --impl=kube-runtime W1
 //! cargo bench -p tokio-workqueue-kube --bench workloads -- --verbose # also print every run's figures
+//! cargo bench -p tokio-workqueue-kube --bench workloads -- --help    # the options
 //! ```
 //!
-//! Prints a table, target verdicts (ratios of medians measured in this run)
-//! and writes the rows to `target/workloads-kube.json`. Each figure is the
+//! Prints a table, target verdicts (ratios of medians measured in this run,
+//! headed by the CPU they ran on) and writes the rows to `target/workloads-kube.json`. Each figure is the
 //! median of the runs after one warm-up run, with the min and max beside it;
 //! each run gets a fresh 2-worker tokio runtime, and the implementations take
 //! turns run by run so that load on the machine falls on all of them alike.

@@ -126,7 +126,9 @@ where
     }
 
     fn forget(&self, key: &K) {
-        self.failures.lock().remove(key);
+        // The key is dropped after the lock (see `Key`).
+        let forgotten = self.failures.lock().remove_entry(key);
+        drop(forgotten);
     }
 
     fn num_requeues(&self, key: &K) -> u32 {

@@ -112,7 +112,9 @@ where
     }
 
     fn forget(&self, key: &K) {
-        self.attempts.lock().remove(key);
+        // The key is dropped after the lock (see `Key`).
+        let forgotten = self.attempts.lock().remove_entry(key);
+        drop(forgotten);
     }
 
     fn num_requeues(&self, key: &K) -> u32 {
