@@ -17,20 +17,11 @@ use std::time::Duration;
 use tokio_workqueue::WorkQueue;
 
 /// A key that looks at its queue when it is dropped.
+#[derive(Clone)]
 struct Reentrant {
     name: &'static str,
     queue: Arc<OnceLock<WorkQueue<Reentrant>>>,
     drops: Arc<AtomicUsize>,
-}
-
-impl Clone for Reentrant {
-    fn clone(&self) -> Self {
-        Reentrant {
-            name: self.name,
-            queue: self.queue.clone(),
-            drops: self.drops.clone(),
-        }
-    }
 }
 
 impl PartialEq for Reentrant {

@@ -44,56 +44,6 @@ Prints a table and the target verdicts (with the CPU they ran on), and writes
 the rows to target/workloads.json (the kube crate's: target/workloads-kube.json).
 ";
 
-/// The CPU the run is on, from `/proc/cpuinfo` (what `lscpu` reads): on
-/// x86 its model name, vendor, family and model numbers and whether a
-/// hypervisor runs the machine, elsewhere what the file names (on Arm its
-/// implementer and part numbers), and how many logical CPUs there are.
-/// Printed with the verdicts, since a ratio to another queue depends on
-/// the CPU as well.
-pub fn machine() -> String {
-    let Ok(info) = std::fs::read_to_string("/proc/cpuinfo") else {
-        return "unknown (no /proc/cpuinfo)".into();
-    };
-    let field = |name: &str| {
-        info.lines().find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            (k.trim() == name).then(|| v.trim().to_string())
-        })
-    };
-    let cpus = info
-        .lines()
-        .filter(|l| l.split(':').next().is_some_and(|k| k.trim() == "processor"))
-        .count();
-    let mut about = Vec::new();
-    for (label, name) in [
-        ("", "vendor_id"),
-        ("family ", "cpu family"),
-        ("model ", "model"),
-        ("implementer ", "CPU implementer"),
-        ("part ", "CPU part"),
-    ] {
-        if let Some(v) = field(name) {
-            about.push(format!("{label}{v}"));
-        }
-    }
-    let model = field("model name").unwrap_or_else(|| "CPU".into());
-    let about = if about.is_empty() {
-        String::new()
-    } else {
-        format!(" ({})", about.join(" "))
-    };
-    let flags = field("flags")
-        .or_else(|| field("Features"))
-        .unwrap_or_default();
-    let virtual_machine = flags.split_whitespace().any(|f| f == "hypervisor");
-    let under = if virtual_machine {
-        ", under a hypervisor"
-    } else {
-        ""
-    };
-    format!("{model}{about}, {cpus} logical CPUs{under}")
-}
-
 /// `--threads=N`: tokio worker threads for every run of ours and mpsc's, and
 /// GOMAXPROCS for the Go peers. Default 2 (the 2-vCPU machines the targets
 /// were set on).

@@ -233,7 +233,7 @@ pub fn print(cfg: &Config, lines: Vec<Line>) {
     }
     println!(
         "\nTargets (ratios of medians from this run; CPU: {}):",
-        crate::settings::machine()
+        crate::report::machine()
     );
     if cfg.quick {
         println!("  (quick mode: small N and few runs, so these say little)");

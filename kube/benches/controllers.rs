@@ -756,7 +756,7 @@ fn main() {
         "{} mode; kube-apiserver {}; {}; load average at the end: {}; took {:.0} s",
         if quick { "quick" } else { "full" },
         cluster.version(),
-        cpu_model(),
+        report::machine(),
         load_average(),
         started.elapsed().as_secs_f64()
     );
@@ -976,17 +976,6 @@ fn verdicts(report: &Report) -> Vec<(String, Option<bool>)> {
         }
     }
     lines
-}
-
-fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("model name"))
-                .map(|l| l.trim_start_matches([' ', '\t', ':']).to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".into())
 }
 
 fn load_average() -> String {

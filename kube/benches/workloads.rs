@@ -24,10 +24,11 @@
 //! ```
 //!
 //! Prints a table, target verdicts (ratios of medians measured in this run,
-//! headed by the CPU they ran on) and writes the rows to `target/workloads-kube.json`. Each figure is the
-//! median of the runs after one warm-up run, with the min and max beside it;
-//! each run gets a fresh 2-worker tokio runtime, and the implementations take
-//! turns run by run so that load on the machine falls on all of them alike.
+//! headed by the CPU they ran on) and writes the rows to
+//! `target/workloads-kube.json`. Each figure is the median of the runs after
+//! one warm-up run, with the min and max beside it; each run gets a fresh
+//! 2-worker tokio runtime, and the implementations take turns run by run so
+//! that load on the machine falls on all of them alike.
 
 // The shared files also hold what only the queue crate's benchmark uses
 // (mpsc, W4, W5, W7, the Go peers' runs).

@@ -1,12 +1,10 @@
 //! Per-key exponential backoff.
 
 use crate::Key;
-use std::collections::HashMap;
 use std::fmt;
 use std::time::Duration;
 
-use parking_lot::Mutex;
-
+use super::failures::Failures;
 use super::{InvalidLimiter, RateLimiter, duration_from_nanos};
 
 /// Per-key exponential backoff: the delay doubles with every failure of a key,
@@ -37,7 +35,7 @@ use super::{InvalidLimiter, RateLimiter, duration_from_nanos};
 pub struct ExponentialBackoff<K> {
     base: Duration,
     max: Duration,
-    failures: Mutex<HashMap<K, u32>>,
+    failures: Failures<K>,
 }
 
 impl<K> ExponentialBackoff<K> {
@@ -74,7 +72,7 @@ impl<K> ExponentialBackoff<K> {
         Self {
             base,
             max,
-            failures: Mutex::new(HashMap::new()),
+            failures: Failures::new(),
         }
     }
 
@@ -108,31 +106,15 @@ where
     K: Key,
 {
     fn when(&self, key: &K) -> Duration {
-        let exp = {
-            let mut failures = self.failures.lock();
-            match failures.get_mut(key) {
-                Some(count) => {
-                    let exp = *count;
-                    *count = count.saturating_add(1);
-                    exp
-                }
-                None => {
-                    failures.insert(key.clone(), 1);
-                    0
-                }
-            }
-        };
-        self.delay(exp)
+        self.delay(self.failures.record(key))
     }
 
     fn forget(&self, key: &K) {
-        // The key is dropped after the lock (see `Key`).
-        let forgotten = self.failures.lock().remove_entry(key);
-        drop(forgotten);
+        self.failures.forget(key)
     }
 
     fn num_requeues(&self, key: &K) -> u32 {
-        self.failures.lock().get(key).copied().unwrap_or(0)
+        self.failures.count(key)
     }
 }
 
@@ -141,7 +123,7 @@ impl<K> fmt::Debug for ExponentialBackoff<K> {
         f.debug_struct("ExponentialBackoff")
             .field("base", &self.base)
             .field("max", &self.max)
-            .field("failing_keys", &self.failures.lock().len())
+            .field("failing_keys", &self.failures.len())
             .finish()
     }
 }
@@ -199,10 +181,10 @@ mod tests {
             b.when(&"a");
         }
         b.when(&"b");
-        assert_eq!(b.failures.lock().len(), 2);
+        assert_eq!(b.failures.len(), 2);
         b.forget(&"a");
         assert_eq!(b.num_requeues(&"a"), 0);
-        assert_eq!(b.failures.lock().len(), 1, "forget must remove the entry");
+        assert_eq!(b.failures.len(), 1, "forget must remove the entry");
         assert_eq!(b.when(&"a"), ms(5));
         assert_eq!(b.num_requeues(&"a"), 1);
         // Forgetting an unknown key is harmless.
@@ -246,7 +228,7 @@ mod tests {
     #[test]
     fn failure_count_saturates() {
         let b = backoff(ms(1), ms(8));
-        b.failures.lock().insert("a", u32::MAX - 1);
+        b.failures.set("a", u32::MAX - 1);
         assert_eq!(b.when(&"a"), ms(8));
         assert_eq!(b.when(&"a"), ms(8));
         assert_eq!(b.num_requeues(&"a"), u32::MAX);

@@ -1,12 +1,10 @@
 //! Per-key fast-then-slow retries.
 
 use crate::Key;
-use std::collections::HashMap;
 use std::fmt;
 use std::time::Duration;
 
-use parking_lot::Mutex;
-
+use super::failures::Failures;
 use super::{InvalidLimiter, RateLimiter};
 
 /// Per-key fast-then-slow retries: the first `max_fast_attempts` failures of a
@@ -34,7 +32,7 @@ pub struct FastSlow<K> {
     fast: Duration,
     slow: Duration,
     max_fast_attempts: u32,
-    attempts: Mutex<HashMap<K, u32>>,
+    failures: Failures<K>,
 }
 
 impl<K> FastSlow<K> {
@@ -66,7 +64,7 @@ impl<K> FastSlow<K> {
             fast,
             slow,
             max_fast_attempts,
-            attempts: Mutex::new(HashMap::new()),
+            failures: Failures::new(),
         })
     }
 
@@ -91,19 +89,8 @@ where
     K: Key,
 {
     fn when(&self, key: &K) -> Duration {
-        let attempt = {
-            let mut attempts = self.attempts.lock();
-            match attempts.get_mut(key) {
-                Some(count) => {
-                    *count = count.saturating_add(1);
-                    *count
-                }
-                None => {
-                    attempts.insert(key.clone(), 1);
-                    1
-                }
-            }
-        };
+        // This failure's number, counting from 1.
+        let attempt = self.failures.record(key).saturating_add(1);
         if attempt <= self.max_fast_attempts {
             self.fast
         } else {
@@ -112,13 +99,11 @@ where
     }
 
     fn forget(&self, key: &K) {
-        // The key is dropped after the lock (see `Key`).
-        let forgotten = self.attempts.lock().remove_entry(key);
-        drop(forgotten);
+        self.failures.forget(key)
     }
 
     fn num_requeues(&self, key: &K) -> u32 {
-        self.attempts.lock().get(key).copied().unwrap_or(0)
+        self.failures.count(key)
     }
 }
 
@@ -128,7 +113,7 @@ impl<K> fmt::Debug for FastSlow<K> {
             .field("fast", &self.fast)
             .field("slow", &self.slow)
             .field("max_fast_attempts", &self.max_fast_attempts)
-            .field("failing_keys", &self.attempts.lock().len())
+            .field("failing_keys", &self.failures.len())
             .finish()
     }
 }
@@ -158,7 +143,7 @@ mod tests {
         assert_eq!(l.when(&"a"), ms(1));
         assert_eq!(l.when(&"a"), ms(2));
         l.forget(&"a");
-        assert!(l.attempts.lock().is_empty());
+        assert_eq!(l.failures.len(), 0);
         assert_eq!(l.num_requeues(&"a"), 0);
         assert_eq!(l.when(&"a"), ms(1));
     }
@@ -173,7 +158,7 @@ mod tests {
     #[test]
     fn count_saturates_and_stays_slow() {
         let l = FastSlow::new(ms(1), ms(2), u32::MAX).unwrap();
-        l.attempts.lock().insert("a", u32::MAX - 1);
+        l.failures.set("a", u32::MAX - 1);
         assert_eq!(l.when(&"a"), ms(1), "the u32::MAX-th attempt is fast");
         assert_eq!(l.when(&"a"), ms(1), "saturated count never wraps to 0");
         assert_eq!(l.num_requeues(&"a"), u32::MAX);

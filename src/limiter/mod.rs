@@ -61,6 +61,7 @@ use std::time::Duration;
 mod defaults;
 mod error;
 mod exponential;
+mod failures;
 mod fast_slow;
 mod max_of;
 mod max_wait;
