@@ -9,7 +9,6 @@ use crate::WorkQueue;
 use crate::limiter::{RateLimiter, TokenBucket, default_controller_rate_limiter};
 use crate::metrics::MetricsHook;
 use crate::ordering::{Ordering, Priorities};
-use crate::partition::PartitionedBuilder;
 use crate::shard::DEFAULT_SHARDS;
 use crate::throttle::Throttle;
 
@@ -195,38 +194,6 @@ impl<K, O> Builder<K, O> {
 }
 
 impl<K: Key, O: Ordering<K> + Clone> Builder<K, O> {
-    /// Partitions built from this queue: `n` queues, each key going to
-    /// partition `partition_fn(&key)` (reduced modulo `n`), every partition
-    /// built from this builder. See [`crate::partition`].
-    ///
-    /// The partitions share this builder's rate limiter (one per-key backoff,
-    /// one token bucket for all), metrics hook and throttle, keep its name
-    /// and starvation bound, and each gets a clone of its ordering. One name,
-    /// not one per partition: with one metrics hook their series add up as
-    /// one queue's would (use [`PartitionedBuilder::name`] for a name per
-    /// partition).
-    ///
-    /// ```
-    /// use tokio_workqueue::{Fifo, WorkQueue};
-    ///
-    /// let queue = WorkQueue::builder()
-    ///     .name("pods")
-    ///     .ordering(Fifo::new())
-    ///     .partitioned(2, |key: &u32| *key as usize)
-    ///     .build()
-    ///     .unwrap();
-    /// queue.add(3).unwrap();
-    /// assert_eq!(queue.depths(), [0, 1]);
-    /// assert_eq!(queue.queue(1).name(), "pods");
-    /// ```
-    pub fn partitioned(
-        self,
-        n: usize,
-        partition_fn: impl Fn(&K) -> usize + Send + Sync + 'static,
-    ) -> PartitionedBuilder<K, O> {
-        PartitionedBuilder::from_base(self, n, partition_fn)
-    }
-
     /// `n` builders that share this one's rate limiter, metrics hook and
     /// throttle, and keep its name, starvation bound and ordering.
     pub(crate) fn split(self, n: usize) -> Vec<Builder<K, O>> {
@@ -267,5 +234,27 @@ impl<K, O> fmt::Debug for Builder<K, O> {
             .field("ordering", &std::any::type_name::<O>())
             .field("shards", &self.shards)
             .finish()
+    }
+}
+
+// How a queue is made, kept beside the builder that makes it: the queue
+// module then never names the builder, which names the queue.
+impl<K: Key> WorkQueue<K> {
+    /// A queue with the default ordering ([`Priorities`]: FIFO within a
+    /// priority), the default controller rate limiter and no metrics.
+    pub fn new() -> Self {
+        Builder::new().build()
+    }
+
+    /// Starts configuring a queue: name, rate limiter, metrics, starvation
+    /// bound, throttle, ordering.
+    pub fn builder() -> Builder<K> {
+        Builder::new()
+    }
+}
+
+impl<K: Key> Default for WorkQueue<K> {
+    fn default() -> Self {
+        Self::new()
     }
 }

@@ -21,11 +21,12 @@ use crate::metrics::{MetricsHook, Probe, Snapshot, Source};
 use crate::options::{AddOpts, Lane};
 use crate::ordering::{Ordering, Priorities};
 use crate::shard::MAX_SHARDS;
-use crate::shared::{Holder, Shared, Wait};
+use crate::shared::{Holder, Shared};
 use crate::state::State;
 use crate::sync::Arc;
+use crate::take::Wait;
 use crate::throttle::Throttle;
-use crate::{Builder, timer};
+use crate::timer;
 
 /// A de-duplicating, stingy, fair work queue of keys.
 ///
@@ -41,7 +42,7 @@ use crate::{Builder, timer};
 ///
 /// The second type parameter is the queue's [`Ordering`]: which ready key is
 /// handed out next. The default, [`Priorities`], hands out the highest
-/// priority first, FIFO within a priority; [`Builder::ordering`] picks
+/// priority first, FIFO within a priority; [`Builder::ordering`](crate::Builder::ordering) picks
 /// another (for example [`FairShare`](crate::FairShare) across tenants).
 ///
 /// ```
@@ -67,20 +68,6 @@ pub struct WorkQueue<K, O: Ordering<K> = Priorities> {
     pub(crate) shared: Arc<Holder<K, O>>,
     /// The wait this handle is in when polled as a stream.
     wait: Wait,
-}
-
-impl<K: Key> WorkQueue<K> {
-    /// A queue with the default ordering ([`Priorities`]: FIFO within a
-    /// priority), the default controller rate limiter and no metrics.
-    pub fn new() -> Self {
-        Builder::new().build()
-    }
-
-    /// Starts configuring a queue: name, rate limiter, metrics, starvation
-    /// bound, throttle, ordering.
-    pub fn builder() -> Builder<K> {
-        Builder::new()
-    }
 }
 
 impl<K: Key, O: Ordering<K>> WorkQueue<K, O> {
@@ -126,7 +113,7 @@ impl<K: Key, O: Ordering<K>> WorkQueue<K, O> {
         }
     }
 
-    /// The name given to [`Builder::name`] (empty by default).
+    /// The name given to [`Builder::name`](crate::Builder::name) (empty by default).
     pub fn name(&self) -> &str {
         &self.shared.name
     }
@@ -308,12 +295,6 @@ impl<K: Key, O: Ordering<K>> WorkQueue<K, O> {
     /// [`shutdown_with_drain`](Self::shutdown_with_drain) was called.
     pub fn is_shutting_down(&self) -> bool {
         self.shared.is_shutting_down()
-    }
-}
-
-impl<K: Key> Default for WorkQueue<K> {
-    fn default() -> Self {
-        Self::new()
     }
 }
 

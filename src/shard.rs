@@ -44,12 +44,9 @@
 //! to hand out) or drained (nothing leased either): the queue is closed or
 //! drained when every shard is.
 
-use std::time::Duration;
-
-use tokio::time::Instant;
-
 use crate::ordering::Ordering;
 use crate::prefetch::SharedLayout;
+use crate::rank::{EMPTY, before, earlier};
 use crate::state::State;
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering::*};
@@ -64,9 +61,6 @@ pub(crate) const DEFAULT_SHARDS: usize = 2;
 
 /// The most shards a queue takes.
 pub(crate) const MAX_SHARDS: usize = 64;
-
-/// The rank of a shard with no key ready: after every other.
-pub(crate) const EMPTY: u64 = u64::MAX;
 
 /// One shard: its state and lock, on cache lines of its own.
 #[repr(align(128))]
@@ -106,27 +100,6 @@ struct Mark {
     status: AtomicU8,
 }
 
-/// What a shard's mark shows, as its state keeps it (under the shard's
-/// lock, the only place the mark is written from).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Shown {
-    rank: u64,
-    /// The oldest ready key's time and number (with a starvation bound).
-    oldest: (u64, u32),
-    status: u8,
-}
-
-impl Default for Shown {
-    /// What a new mark shows: no key ready, none oldest, open.
-    fn default() -> Self {
-        Shown {
-            rank: EMPTY,
-            oldest: (u64::MAX, 0),
-            status: 0,
-        }
-    }
-}
-
 const CLOSED: u8 = 1;
 const DRAINED: u8 = 2;
 
@@ -160,7 +133,7 @@ impl Marks {
     /// Unchanged values are not written: a write takes the line from every
     /// core that reads it. Nor are they read: only the holder of the
     /// shard's lock writes its mark, so the state keeps what the mark shows
-    /// ([`Shown`]), and a producer adding behind the shard's next key
+    /// ([`Shown`](crate::rank::Shown)), and a producer adding behind the shard's next key
     /// touches no line of the marks at all (the consumers write the rank
     /// line on every hand-out, so reading it would miss).
     #[inline]
@@ -235,38 +208,6 @@ impl Marks {
             .iter()
             .all(|m| m.status.load(SeqCst) & DRAINED != 0)
     }
-}
-
-/// The rank of a key of `priority` that drew `seq`: smaller goes first.
-#[inline]
-pub(crate) fn rank(priority: i32, seq: u32) -> u64 {
-    // Higher priorities first: flip the sign bit to order as unsigned, then
-    // invert.
-    let hi = u64::from(!((priority as u32) ^ 0x8000_0000));
-    ((hi << 32) | u64::from(seq)).min(EMPTY - 1)
-}
-
-/// The priority of a rank (not [`EMPTY`]).
-#[inline]
-pub(crate) fn priority(rank: u64) -> i32 {
-    ((!(rank >> 32) as u32) ^ 0x8000_0000) as i32
-}
-
-/// Whether rank `a` goes before rank `b` (both not [`EMPTY`]). Numbers wrap;
-/// the ready keys of one priority span far fewer than 2^31 of them.
-#[inline]
-fn before(a: u64, b: u64) -> bool {
-    let (ha, hb) = (a >> 32, b >> 32);
-    if ha != hb {
-        return ha < hb;
-    }
-    earlier(a as u32, b as u32)
-}
-
-/// Whether number `a` was drawn before `b` (numbers wrap).
-#[inline]
-fn earlier(a: u32, b: u32) -> bool {
-    (a.wrapping_sub(b) as i32) < 0
 }
 
 /// What a hand-out found in the marks: the shard to take from and what it
@@ -517,33 +458,10 @@ fn read(marks: &Marks, seen: &mut [u64]) -> (bool, Option<(usize, u64)>) {
     (changed, best)
 }
 
-/// Nanoseconds from `epoch` to `t` (zero before it).
-pub(crate) fn nanos_since(epoch: Instant, t: Instant) -> u64 {
-    nanos(t.saturating_duration_since(epoch))
-}
-
-/// `d` in nanoseconds, saturating.
-pub(crate) fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ranks_put_higher_priorities_first_then_earlier_numbers() {
-        assert!(before(rank(5, 10), rank(0, 1)));
-        assert!(before(rank(0, 1), rank(0, 2)));
-        assert!(before(rank(-3, 0), rank(i32::MIN, 0)));
-        assert!(before(rank(i32::MAX, 7), rank(i32::MAX - 1, 0)));
-        // Numbers wrap: u32::MAX was drawn before 0.
-        assert!(before(rank(0, u32::MAX), rank(0, 0)));
-        assert!(rank(i32::MIN, u32::MAX) < EMPTY);
-        for p in [i32::MIN, -1, 0, 1, i32::MAX] {
-            assert_eq!(priority(rank(p, 9)), p);
-        }
-    }
+    use crate::rank::rank;
 
     /// With a starvation bound, `pick` names the shard whose oldest key is
     /// the oldest past the bound, with that key's time and number exactly

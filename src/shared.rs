@@ -23,37 +23,34 @@
 //! finds the key and takes it, or the producer finds the consumer and wakes
 //! it. A producer adding to a shard that shows a key already makes no
 //! barrier at all, and one with no one asleep touches no lock but its
-//! shard's. What a consumer keeps between polls is a [`Wait`], a waiter
+//! shard's. What a consumer keeps between polls is a [`Wait`](crate::take::Wait), a waiter
 //! number and nothing pinned, so a [`WorkQueue`](crate::WorkQueue) polled
-//! as a stream keeps it inline.
-//! [`WorkQueue`](crate::WorkQueue), [`WorkItem`] and the timer task are
+//! as a stream keeps it inline ([`crate::take`] holds the consumer's side).
+//! [`WorkQueue`](crate::WorkQueue), [`WorkItem`](crate::WorkItem) and the timer task are
 //! handles to it.
 
-use std::future::Future;
 use std::hash::BuildHasher;
 use std::ops::Deref;
-use std::pin::Pin;
-use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::Key;
 use crate::error::AddError;
-use crate::item::WorkItem;
 use crate::limiter::RateLimiter;
 use crate::metrics::{MetricsHook, Snapshot, Source};
 use crate::ordering::Ordering;
 use crate::prefetch::SharedLayout;
+use crate::rank;
 use crate::shard::{self, Marks, Shard};
 use crate::state::{Counters, Effects, MAX_DELAY, Popped, Refused, State, When};
-use crate::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Acquire, Ordering::SeqCst, fence};
+use crate::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Acquire, Ordering::SeqCst};
 use crate::sync::{Arc, Mutex, MutexGuard, Notify};
 use crate::throttle::Throttle;
-use crate::waiters::{Found, WaiterId, Waiters, WakeList};
+use crate::waiters::{Waiters, WakeList};
 
 /// What a hand-out found.
-enum Taken<K> {
+pub(crate) enum Taken<K> {
     /// A key, from this shard.
     Key(usize, Popped<K>),
     /// No key ready.
@@ -116,7 +113,7 @@ pub(crate) struct Shared<K, O: Ordering<K>> {
     pub(crate) name: String,
     /// Whether ready and lease times are kept (metrics or starvation bound).
     pub(crate) track: bool,
-    throttle: Option<Box<dyn Throttle>>,
+    pub(crate) throttle: Option<Box<dyn Throttle>>,
     /// Starts the timer task; a function pointer so that code without `K`'s
     /// bounds (the lease end in `Drop`) can requeue with a delay.
     pub(crate) start_timer: StartTimer<K, O>,
@@ -145,145 +142,12 @@ impl<K, O: Ordering<K>> Holder<K, O> {
     }
 }
 
-impl<K: Key, O: Ordering<K>> Holder<K, O> {
-    /// Takes a ready key now, if there is one, waiting for a shard's lock
-    /// if need be (for a drain that hands back what is left).
-    pub(crate) fn take_ready(self: &Arc<Self>) -> Option<WorkItem<K, O>> {
-        let queue: &Shared<K, O> = self;
-        let now = queue.track.then(Instant::now);
-        match queue.pop(now, true) {
-            Taken::Key(i, popped) => Some(self.item(i, popped, now)),
-            Taken::Empty | Taken::Busy => None,
-        }
-    }
-
-    /// The lease on a key just handed out.
-    fn item(
-        self: &Arc<Self>,
-        shard: usize,
-        popped: Popped<K>,
-        now: Option<Instant>,
-    ) -> WorkItem<K, O> {
-        if let (Some(m), Some(now), Some(ready_at)) = (&self.metrics, now, popped.ready_at) {
-            m.handed_out(now.saturating_duration_since(ready_at));
-        }
-        WorkItem::new(
-            self.clone(),
-            popped.key,
-            shard as u32,
-            popped.slot,
-            popped.lease,
-            popped.priority,
-            now,
-        )
-    }
-
-    /// Takes the next ready key, or registers `wait` to be woken when
-    /// there may be one (the body of `get` and of the stream).
-    ///
-    /// A registered consumer that is polled again looks again only if it
-    /// was notified or keys are ready.
-    pub(crate) fn poll_take(
-        self: &Arc<Self>,
-        cx: &mut Context<'_>,
-        wait: &mut Wait,
-    ) -> Poll<Option<WorkItem<K, O>>> {
-        // The queue behind the holder, reached once.
-        let queue: &Shared<K, O> = self;
-        let coop = ready!(tokio::task::coop::poll_proceed(cx));
-        // A consumer that finds nothing looks once more before it
-        // registers: that gives a producer on another thread a moment to
-        // add, which is much cheaper than a wake-up through the scheduler.
-        let mut second_look = wait.waiter.is_none();
-        loop {
-            if let Some(sleep) = &mut wait.throttled {
-                ready!(sleep.as_mut().poll(cx));
-                wait.throttled = None;
-            }
-            if let Some(id) = wait.waiter {
-                let mut waiters = queue.waiters();
-                match waiters.poll(id, cx.waker()) {
-                    Found::Waiting if !queue.any_ready() && !queue.is_closed() => {
-                        return Poll::Pending;
-                    }
-                    // Keys are ready, though not for this one: it takes one.
-                    Found::Waiting => _ = waiters.cancel(id),
-                    Found::Notified => {}
-                }
-                drop(waiters);
-                wait.waiter = None;
-            }
-            if let Some(throttle) = &queue.throttle
-                && !wait.permit
-                && queue.any_ready()
-            {
-                match throttle.try_acquire() {
-                    // Kept until a key is taken with it: a hand-out that
-                    // finds the key's shard busy, or the key gone, keeps
-                    // its token for the next look.
-                    Ok(()) => wait.permit = true,
-                    Err(pause) => {
-                        wait.throttled = Some(Box::pin(tokio::time::sleep(pause)));
-                        continue;
-                    }
-                }
-            }
-            let now = queue.track.then(Instant::now);
-            match queue.pop(now, false) {
-                Taken::Key(i, popped) => {
-                    wait.permit = false;
-                    coop.made_progress();
-                    return Poll::Ready(Some(self.item(i, popped, now)));
-                }
-                Taken::Busy => {
-                    cx.waker().wake_by_ref();
-                    return Poll::Pending;
-                }
-                Taken::Empty => {}
-            }
-            if queue.is_closed() {
-                coop.made_progress();
-                return Poll::Ready(None);
-            }
-            if std::mem::take(&mut second_look) {
-                continue;
-            }
-            wait.waiter = Some(queue.waiters().register(cx.waker()));
-            // Pairs with the SeqCst store of a producer that makes an empty
-            // shard show a key (see `Marks::publish`): either this look sees
-            // the key, or every producer of that shard from then on sees
-            // this consumer registered and wakes it.
-            fence(SeqCst);
-            if !queue.any_ready() && !queue.is_closed() {
-                return Poll::Pending;
-            }
-            // Something came: the next round unregisters and takes it.
-        }
-    }
-}
-
 impl<K, O: Ordering<K>> Deref for Holder<K, O> {
     type Target = Arc<Shared<K, O>>;
 
     fn deref(&self) -> &Arc<Shared<K, O>> {
         &self.0
     }
-}
-
-/// A consumer's wait for a key, kept between polls (by a `get` future, or
-/// by a [`WorkQueue`](crate::WorkQueue) polled as a stream): its place among
-/// the waiting consumers, if it has one, and the sleep of a throttled
-/// consumer. It holds nothing pinned, so it is kept inline; only a throttle's
-/// sleep is boxed (throttles are opt-in, and that sleep is rare).
-///
-/// A dropped wait must be given to [`Shared::cancel`], which passes on a
-/// wake-up it had received (and takes no lock if it was not registered).
-#[derive(Debug, Default)]
-pub(crate) struct Wait {
-    waiter: Option<WaiterId>,
-    throttled: Option<Pin<Box<tokio::time::Sleep>>>,
-    /// A throttle token taken for a key not taken yet.
-    permit: bool,
 }
 
 impl<K, O: Ordering<K>> Shared<K, O> {
@@ -316,7 +180,7 @@ impl<K, O: Ordering<K>> Shared<K, O> {
             marks: Marks::new(shards, promote_after.is_some()),
             mask: shards - 1,
             counters,
-            promote_after: promote_after.map(shard::nanos),
+            promote_after: promote_after.map(rank::nanos),
             waiters: Mutex::new(Waiters::default()),
             sleepers: AtomicUsize::new(0),
             shutting_down: AtomicBool::new(false),
@@ -390,7 +254,7 @@ impl<K, O: Ordering<K>> Shared<K, O> {
     }
 
     /// Whether any shard has a key ready.
-    fn any_ready(&self) -> bool {
+    pub(crate) fn any_ready(&self) -> bool {
         self.marks.any_ready()
     }
 
@@ -485,11 +349,11 @@ impl<K: Key, O: Ordering<K>> Shared<K, O> {
     /// answer is [`Taken::Busy`] (an async consumer then yields its task
     /// rather than park its thread: the holder may be growing the shard,
     /// which takes a while); with `wait` true it waits for the lock.
-    fn pop(&self, now: Option<Instant>, wait: bool) -> Taken<K> {
+    pub(crate) fn pop(&self, now: Option<Instant>, wait: bool) -> Taken<K> {
         let promote = self
             .promote_after
             .zip(now)
-            .map(|(after, now)| (after, shard::nanos_since(self.epoch(), now)));
+            .map(|(after, now)| (after, rank::nanos_since(self.epoch(), now)));
         let mut tries = 0;
         let mut busy = None;
         loop {
@@ -620,34 +484,17 @@ impl<K, O: Ordering<K>> Shared<K, O> {
 
     /// The waiting consumers, locked: `sleepers` is set from them when the
     /// guard goes, so no change to them can leave the count behind.
-    fn waiters(&self) -> Sleepers<'_> {
+    pub(crate) fn waiters(&self) -> Sleepers<'_> {
         Sleepers {
             waiters: self.waiters.lock(),
             count: &self.sleepers,
         }
     }
-
-    /// Ends a wait that stops before it got a key (a dropped `get` or
-    /// stream): unregisters it, and passes a wake-up it had received, but
-    /// not used, to the next waiting consumer.
-    pub(crate) fn cancel(&self, wait: &mut Wait) {
-        wait.throttled = None;
-        let Some(id) = wait.waiter.take() else {
-            return;
-        };
-        let mut wake = WakeList::default();
-        let mut waiters = self.waiters();
-        if waiters.cancel(id) && self.any_ready() {
-            waiters.notify(1, &mut wake);
-        }
-        drop(waiters);
-        wake.wake();
-    }
 }
 
 /// The waiting consumers under their lock, which on release sets the
 /// count of those not yet notified (see [`Shared::waiters`]).
-struct Sleepers<'a> {
+pub(crate) struct Sleepers<'a> {
     waiters: MutexGuard<'a, Waiters>,
     count: &'a AtomicUsize,
 }

@@ -65,13 +65,12 @@ use hashbrown::hash_table::Entry;
 use crate::nodes::{KeyRef, Nodes};
 use crate::ordering::{Handle, Ordering, Queued};
 use crate::prefetch::{self, IndexLayout};
-use crate::shard;
+use crate::rank::{self, Shown};
+pub(crate) use crate::slot::NIL;
+use crate::slot::{Node, Place};
 use crate::sync::Arc;
 use crate::sync::atomic::{AtomicU32, AtomicU64, Ordering as AtomicOrdering};
 use tokio::time::Instant;
-
-/// "No slot": the end of a list.
-pub(crate) const NIL: u32 = u32::MAX;
 
 /// The longest delay the queue accepts; longer ones are clamped to it.
 ///
@@ -89,28 +88,6 @@ const KEEP_SLOTS: usize = 1024;
 /// Stale wheel entries (cancelled delays) tolerated beyond the slab's size
 /// before the live delays are sent to a fresh wheel.
 const STALE_SLACK: usize = 1024;
-
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Place<E> {
-    Free {
-        next_free: u32,
-    },
-    /// Ready, with the ordering's entry (which, in a queue of several
-    /// shards, holds the number the key drew: see [`crate::shard`]).
-    Ready(E),
-    /// Waiting on the wheel entry with this order number and deadline (the
-    /// fields of a [`TimerEntry`], inline so that the node stays 48 bytes).
-    Waiting {
-        seq: u32,
-        at: u64,
-    },
-    Leased,
-    LeasedDirty,
-    LeasedWaiting {
-        seq: u32,
-        at: u64,
-    },
-}
 
 /// One delay, as the timer task keeps it in its wheel.
 ///
@@ -133,18 +110,6 @@ impl TimerEntry {
     pub(crate) fn deadline(&self, epoch: Instant) -> Instant {
         epoch + Duration::from_nanos(self.at)
     }
-}
-
-/// A key's state; the key itself sits beside it ([`Nodes::key`]).
-#[derive(Debug)]
-pub(crate) struct Node<E> {
-    pub(crate) place: Place<E>,
-    /// Low 32 bits of the key's hash: enough to rebuild the index without
-    /// reading keys, and to skip most key comparisons on lookup.
-    hash: u32,
-    /// Ready: its priority, as the ordering was told. Waiting or dirty: the
-    /// priority it will become ready with.
-    pub(crate) priority: i32,
 }
 
 /// What a shard of a queue of several keeps beside its keys: the number
@@ -423,7 +388,7 @@ pub(crate) struct State<K, O: Ordering<K>> {
     head: Option<u64>,
     /// What the queue's marks show of this state, which only its lock's
     /// holder writes (see [`Marks::publish`](crate::shard::Marks::publish)).
-    pub(crate) shown: crate::shard::Shown,
+    pub(crate) shown: Shown,
 }
 
 impl<K, O: Ordering<K>> std::fmt::Debug for State<K, O> {
@@ -668,7 +633,7 @@ impl<K, O: Ordering<K>> State<K, O> {
             ranks: None,
             shard: 0,
             head: None,
-            shown: crate::shard::Shown::default(),
+            shown: Shown::default(),
         }
     }
 
@@ -807,7 +772,7 @@ impl<K, O: Ordering<K>> State<K, O> {
         // ordering that splits.
         if self
             .head
-            .is_some_and(|r| r == shard::EMPTY || priority > shard::priority(r))
+            .is_some_and(|r| r == rank::EMPTY || priority > rank::priority(r))
         {
             self.head = None;
         }
@@ -915,7 +880,7 @@ impl<K, O: Ordering<K>> State<K, O> {
     /// before it (a queue moved from a paused clock that ran ahead to a
     /// real one), which can only make such a delay end later, never early.
     fn nanos(&self, t: Instant) -> u64 {
-        shard::nanos_since(self.counters.epoch, t)
+        rank::nanos_since(self.counters.epoch, t)
     }
 
     /// The instant a [`TimerEntry`]'s deadline counts from.
@@ -1331,7 +1296,7 @@ impl<K, O: Ordering<K>> State<K, O> {
     }
 
     /// The rank (see [`crate::shard`]) of the key the ordering would hand
-    /// out next: [`shard::EMPTY`] if none is ready.
+    /// out next: [`rank::EMPTY`] if none is ready.
     pub(crate) fn head_rank(&mut self) -> u64 {
         if let Some(rank) = self.head {
             return rank;
@@ -1343,23 +1308,23 @@ impl<K, O: Ordering<K>> State<K, O> {
 
     fn find_head_rank(&mut self) -> u64 {
         if self.ready_len == 0 {
-            return shard::EMPTY;
+            return rank::EMPTY;
         }
         if self.ranks.is_none() {
             // The only shard: its rank is compared with none, and says only
             // that a key is ready (no node read under the lock for it).
-            return shard::rank(0, 0);
+            return rank::rank(0, 0);
         }
         let queued = Queued::new(&mut self.nodes);
         let Some(next) = self.order.prefetch_next(&queued) else {
             // An ordering that splits names its next key.
-            return shard::rank(i32::MAX, 0);
+            return rank::rank(i32::MAX, 0);
         };
         let node = &self.nodes[next.index()];
         let Place::Ready(entry) = &node.place else {
             not_ready(next.slot())
         };
-        shard::rank(node.priority, O::number(entry))
+        rank::rank(node.priority, O::number(entry))
     }
 
     /// When the oldest ready key became ready, in nanoseconds from the

@@ -8,7 +8,7 @@
 use super::{Handle, Queued};
 
 // "No key": the end of a list, as in the queue's own links.
-pub(crate) use crate::state::NIL;
+pub(crate) use crate::slot::NIL;
 
 /// A ready key's place in a list of the built-in orderings: its neighbours.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

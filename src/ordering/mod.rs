@@ -115,7 +115,7 @@ pub use list::Links;
 pub use priorities::{Priorities, PriorityEntry, TwoLanes};
 
 use crate::nodes::Nodes;
-use crate::state::{Node, Place};
+use crate::slot::{Node, Place};
 
 /// Priority levels are kept when they empty, so a steady mix of priorities
 /// does not allocate; past this many, empty ones are pruned.

@@ -50,6 +50,42 @@ pub struct PartitionedBuilder<K, O = Priorities> {
     on_panic: Option<PanicHook<K>>,
 }
 
+// Kept beside the partitioned builder it makes: the builder module then
+// never names partitions, which are built from it.
+impl<K: Key, O: Ordering<K> + Clone> Builder<K, O> {
+    /// Partitions built from this queue: `n` queues, each key going to
+    /// partition `partition_fn(&key)` (reduced modulo `n`), every partition
+    /// built from this builder. See [`crate::partition`].
+    ///
+    /// The partitions share this builder's rate limiter (one per-key backoff,
+    /// one token bucket for all), metrics hook and throttle, keep its name
+    /// and starvation bound, and each gets a clone of its ordering. One name,
+    /// not one per partition: with one metrics hook their series add up as
+    /// one queue's would (use [`PartitionedBuilder::name`] for a name per
+    /// partition).
+    ///
+    /// ```
+    /// use tokio_workqueue::{Fifo, WorkQueue};
+    ///
+    /// let queue = WorkQueue::builder()
+    ///     .name("pods")
+    ///     .ordering(Fifo::new())
+    ///     .partitioned(2, |key: &u32| *key as usize)
+    ///     .build()
+    ///     .unwrap();
+    /// queue.add(3).unwrap();
+    /// assert_eq!(queue.depths(), [0, 1]);
+    /// assert_eq!(queue.queue(1).name(), "pods");
+    /// ```
+    pub fn partitioned(
+        self,
+        n: usize,
+        partition_fn: impl Fn(&K) -> usize + Send + Sync + 'static,
+    ) -> PartitionedBuilder<K, O> {
+        PartitionedBuilder::from_base(self, n, partition_fn)
+    }
+}
+
 impl<K: Key> PartitionedBuilder<K> {
     /// `n` partitions, each key going to partition `partition_fn(&key)`
     /// (reduced modulo `n`). Nothing else is set: the partitions are unnamed,

@@ -84,6 +84,7 @@ mod builder;
 mod queue;
 mod run;
 
+pub use crate::catch::panic_message;
 pub use builder::PartitionedBuilder;
 pub use queue::Partitioned;
 pub use run::{PanicSource, PartitionHandle, PartitionPanic};
@@ -137,29 +138,6 @@ pub(crate) fn route_index<K>(
         .map_err(|payload| panic_message(&*payload))
 }
 
-/// The message of a caught panic's payload, as the default panic hook
-/// prints it: the `&str` or `String` given to `panic!`, or `Box<dyn Any>`
-/// for any other payload.
-///
-/// The queue reports caught panics with it ([`PartitionPanic::message`]);
-/// it is public for code that catches its own (a controller's reconciles).
-///
-/// ```
-/// use tokio_workqueue::partition::panic_message;
-///
-/// let payload = std::panic::catch_unwind(|| panic!("no node for {}", 7)).unwrap_err();
-/// assert_eq!(panic_message(&*payload), "no node for 7");
-/// ```
-pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&'static str>() {
-        (*s).to_owned()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "Box<dyn Any>".to_owned()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -169,17 +147,6 @@ mod tests {
         let err = WorkQueue::partitioned(0, |_: &u8| 0).unwrap_err();
         assert_eq!(err, ZeroPartitions);
         assert!(err.to_string().contains("at least one partition"));
-    }
-
-    #[test]
-    fn panic_messages_are_read_from_str_and_string_payloads() {
-        let s = std::panic::catch_unwind(|| panic!("static")).unwrap_err();
-        assert_eq!(panic_message(&*s), "static");
-        let n = 3;
-        let s = std::panic::catch_unwind(|| panic!("formatted {n}")).unwrap_err();
-        assert_eq!(panic_message(&*s), "formatted 3");
-        let s = std::panic::catch_unwind(|| std::panic::panic_any(7_u8)).unwrap_err();
-        assert_eq!(panic_message(&*s), "Box<dyn Any>");
     }
 
     #[test]
