@@ -2,7 +2,9 @@
 //! [`Partitioned::run`](crate::Partitioned::run) and
 //! [`WorkQueue::run`](crate::WorkQueue::run), so that both treat a panic
 //! the same way: as a failed attempt of that key alone, retried with the
-//! rate limiter's backoff.
+//! rate limiter's backoff. The message of a caught panic
+//! ([`panic_message`], public as `partition::panic_message`) lives here
+//! too, so that the partitions use this module and not the reverse.
 
 use crate::Key;
 use std::future::Future;
@@ -77,8 +79,9 @@ pub(crate) async fn finish<K: Key, O: Ordering<K>, Fut: Future<Output = ()>>(
 /// prints it: the `&str` or `String` given to `panic!`, or `Box<dyn Any>`
 /// for any other payload.
 ///
-/// The queue reports caught panics with it ([`PartitionPanic::message`](crate::PartitionPanic::message));
-/// it is public for code that catches its own (a controller's reconciles).
+/// The queue reports caught panics with it
+/// ([`PartitionPanic::message`](crate::PartitionPanic::message)); it is
+/// public for code that catches its own (a controller's reconciles).
 ///
 /// ```
 /// use tokio_workqueue::partition::panic_message;

@@ -1,9 +1,9 @@
 //! The queue handle: adds, hand-outs and shutdown.
 //!
 //! A [`WorkQueue`] is a cheap handle to the queue's [`Shared`] state (see
-//! `shared.rs` for the shards and the wake-ups); as a [`Stream`] it keeps the
-//! wait of a consumer that found nothing ready, inline: a waiter number,
-//! nothing boxed.
+//! `shared.rs` for the shards and the wake-ups, `take.rs` for a consumer's
+//! side of them); as a [`Stream`] it keeps the wait of a consumer that
+//! found nothing ready, inline: a waiter number, nothing boxed.
 
 use crate::Key;
 use std::fmt;

@@ -2,10 +2,15 @@
 //! shard's mark shows, as plain values.
 //!
 //! A key made ready draws a number; its rank is its priority and that
-//! number in one word, so that one comparison orders two keys (see
+//! number in one word, so that a shard publishes its next key with one
+//! atomic store and a hand-out reads it with one load ([`before`] orders
+//! two ranks, the numbers compared by their wrapping distance; see
 //! [`crate::shard`] for how the hand-out merges the shards by it). A
 //! shard's state keeps what its mark shows ([`Shown`]), and the shards'
-//! marks publish it: both stand on this module, which depends on neither.
+//! marks publish it. Times in the marks and the timer's wheel are
+//! nanoseconds from the queue's epoch ([`nanos_since`]). The state, the
+//! shards, the shared state and the timer stand on this module, which
+//! depends on none of them.
 
 use std::time::Duration;
 

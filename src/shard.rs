@@ -150,7 +150,8 @@ impl Marks {
             // A shard that was empty and now shows a key is the one change
             // a sleeping consumer can have missed, and that store is SeqCst.
             // A consumer going to sleep counts itself in `sleepers`, makes a
-            // SeqCst fence and reads the ranks (see `Shared::poll_take`);
+            // SeqCst fence and reads the ranks (see `Holder::poll_take`, in
+            // `take.rs`);
             // every producer of this shard from now on reads `sleepers`
             // (SeqCst) after this store, through the lock. If such a load
             // missed the consumer, it would precede the consumer's count and

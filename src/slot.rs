@@ -22,7 +22,8 @@ pub(crate) enum Place<E> {
     /// shards, holds the number the key drew: see [`crate::shard`]).
     Ready(E),
     /// Waiting on the wheel entry with this order number and deadline (the
-    /// fields of a [`TimerEntry`](crate::state::TimerEntry), inline so that the node stays 48 bytes).
+    /// fields of a [`TimerEntry`](crate::state::TimerEntry), inline so that
+    /// the node stays 48 bytes).
     Waiting {
         seq: u32,
         at: u64,

@@ -66,8 +66,7 @@ use crate::nodes::{KeyRef, Nodes};
 use crate::ordering::{Handle, Ordering, Queued};
 use crate::prefetch::{self, IndexLayout};
 use crate::rank::{self, Shown};
-pub(crate) use crate::slot::NIL;
-use crate::slot::{Node, Place};
+use crate::slot::{NIL, Node, Place};
 use crate::sync::Arc;
 use crate::sync::atomic::{AtomicU32, AtomicU64, Ordering as AtomicOrdering};
 use tokio::time::Instant;
@@ -1295,7 +1294,7 @@ impl<K, O: Ordering<K>> State<K, O> {
         fx
     }
 
-    /// The rank (see [`crate::shard`]) of the key the ordering would hand
+    /// The rank (see [`crate::rank`]) of the key the ordering would hand
     /// out next: [`rank::EMPTY`] if none is ready.
     pub(crate) fn head_rank(&mut self) -> u64 {
         if let Some(rank) = self.head {

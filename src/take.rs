@@ -1,10 +1,12 @@
 //! Taking a key: what a consumer keeps while it waits for one (a
-//! [`Wait`]), and the look at the shards that turns a ready key into a
-//! [`WorkItem`], the lease on it.
+//! [`Wait`]), the look at the shards that turns a ready key into a
+//! [`WorkItem`], the lease on it, and the end of a wait given up
+//! ([`Shared::cancel`]).
 //!
-//! The queue's shared state ([`crate::shared`]) pops keys and knows nothing
-//! of leases; the lease ([`crate::item`]) ends itself through that state.
-//! This module stands above both, so neither imports the other back. The
+//! The queue's shared state ([`crate::shared`]) pops keys and ends leases
+//! but never names a [`WorkItem`]; the lease ([`crate::item`]) ends itself
+//! through that state. This module stands above both, so neither imports
+//! the other back. The
 //! protocol between a consumer that goes to sleep and a producer that makes
 //! a key ready is [`crate::shared`]'s (its module docs): `poll_take` is
 //! the consumer's side of it.

@@ -10,6 +10,11 @@
 //! top-level module `name` (a folder module counts as one), and a name the
 //! crate root re-exports (`crate::WorkItem`) is an edge to the module it
 //! comes from.
+//!
+//! What it cannot see: a call of a method that another module defines on
+//! a type (`impl Holder` in `take.rs`, called from `drain.rs` without a
+//! `use` of `take`) is no edge, and cycles among the files of one folder
+//! module are not looked for.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
