@@ -61,13 +61,14 @@ fn a_cycle_through_a_re_export_is_found() {
     .unwrap();
     // `a` reaches `b` through the root's re-export, `b` (a folder) reaches
     // `a` from a file inside it; `c` only reaches `a`, and names `b` in a
-    // comment and in its unit tests, which count for nothing.
+    // comment, in a string (with an unmatched brace, an escaped quote and a
+    // `//`) and in its unit tests, which count for nothing.
     fs::write(dir.join("a.rs"), "use crate::{Thing, c as _};\n").unwrap();
     fs::write(dir.join("b/mod.rs"), "mod inner;\npub struct Thing;\n").unwrap();
     fs::write(dir.join("b/inner.rs"), "use crate::a::X;\n").unwrap();
     fs::write(
         dir.join("c.rs"),
-        "// crate::b::Thing\nuse crate::a;\n#[cfg(test)]\nmod tests {\n    use crate::b::{Thing};\n}\n",
+        "// crate::b::Thing\nconst S: &str = \"{ crate::b \\\" //\";\nuse crate::a;\n#[cfg(test)]\nmod tests {\n    use crate::b::{Thing};\n}\n",
     )
     .unwrap();
     let graph = module_graph(&dir);
@@ -131,8 +132,10 @@ fn rust_files(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// The text without `//` comments (doc comments included: their links are
-/// no imports) and without `/* */` blocks. String literals are rare enough
-/// in `use` lines that they are not parsed.
+/// no imports), `/* */` blocks and the contents of string literals (a
+/// `{` or a `//` in a string would otherwise end a block or a line early).
+/// Char literals and raw strings are not parsed: the crate has none that
+/// hold a quote or a brace.
 fn strip_comments(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
@@ -141,6 +144,9 @@ fn strip_comments(text: &str) -> String {
             rest = rest.find('\n').map_or("", |i| &rest[i..]);
         } else if rest.starts_with("/*") {
             rest = rest.find("*/").map_or("", |i| &rest[i + 2..]);
+        } else if let Some(string) = rest.strip_prefix('"') {
+            out.push_str("\"\"");
+            rest = string.get(string_end(string) + 1..).unwrap_or("");
         } else {
             let c = rest.chars().next().unwrap();
             out.push(c);
@@ -148,6 +154,20 @@ fn strip_comments(text: &str) -> String {
         }
     }
     out
+}
+
+/// Where the string literal whose contents `text` starts with ends (the
+/// index of its closing quote), escapes skipped.
+fn string_end(text: &str) -> usize {
+    let mut escaped = false;
+    for (i, c) in text.char_indices() {
+        match c {
+            '\\' if !escaped => escaped = true,
+            '"' if !escaped => return i,
+            _ => escaped = false,
+        }
+    }
+    text.len()
 }
 
 /// The text without its `#[cfg(test)] mod name { .. }` blocks.
