@@ -107,13 +107,17 @@ impl<K: Key, O: Ordering<K>> Builder<K, O> {
     ///
     /// Each shard has its own lock, so adds, hand-outs and lease ends on
     /// different threads rarely wait for one another. The queue still hands
-    /// out one order across its shards: every key made ready draws a number
-    /// from one counter, each shard shows the rank (priority, number) of
-    /// its next key, and a hand-out takes the key that ranks first. Only an
+    /// out one order across its shards: every key made ready pushes a
+    /// ticket to a lane of its priority, which all shards share, and a
+    /// hand-out takes the key of the highest lane's front ticket. Only an
     /// ordering that hands out highest priority first and FIFO within a
-    /// priority can be merged this way ([`Ordering::split`]): the default
+    /// priority can be kept this way ([`Ordering::split`]): the default
     /// [`Priorities`] can; with any other the queue has one shard whatever
     /// this says ([`WorkQueue::shards`] tells).
+    ///
+    /// A ticket names its shard and slot in 32 bits, so in a queue of `n`
+    /// shards (more than one) a shard holds at most `2^32 / n - 1` keys
+    /// (536 million with 8); the add past that panics, saying so.
     ///
     /// One shard costs the least per operation on one thread; more pay off
     /// with more threads adding and taking at once. On a 2-core machine, 8

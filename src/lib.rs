@@ -194,6 +194,8 @@ mod error;
 mod item;
 mod item_ext;
 mod key;
+mod lane;
+mod lanes;
 pub mod limiter;
 pub mod metrics;
 mod nodes;

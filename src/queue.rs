@@ -84,7 +84,7 @@ impl<K: Key, O: Ordering<K>> WorkQueue<K, O> {
         // Keys older than half the bound are served first, oldest first: the
         // other half is headroom for a backlog of such keys to drain.
         let promote_after = starvation_bound.map(|b| b / 2);
-        // Only an ordering that can be merged across shards is split (see
+        // Only an ordering whose order the lanes can keep is split (see
         // `shard`).
         let shards = shards.clamp(1, MAX_SHARDS).next_power_of_two();
         let others: Option<Vec<O>> = (1..shards).map(|_| ordering.split()).collect();

@@ -49,12 +49,6 @@ pub(crate) fn rank(priority: i32, seq: u32) -> u64 {
     ((hi << 32) | u64::from(seq)).min(EMPTY - 1)
 }
 
-/// The priority of a rank (not [`EMPTY`]).
-#[inline]
-pub(crate) fn priority(rank: u64) -> i32 {
-    ((!(rank >> 32) as u32) ^ 0x8000_0000) as i32
-}
-
 /// Whether rank `a` goes before rank `b` (both not [`EMPTY`]). Numbers wrap;
 /// the ready keys of one priority span far fewer than 2^31 of them.
 #[inline]
@@ -95,8 +89,5 @@ mod tests {
         // Numbers wrap: u32::MAX was drawn before 0.
         assert!(before(rank(0, u32::MAX), rank(0, 0)));
         assert!(rank(i32::MIN, u32::MAX) < EMPTY);
-        for p in [i32::MIN, -1, 0, 1, i32::MAX] {
-            assert_eq!(priority(rank(p, 9)), p);
-        }
     }
 }

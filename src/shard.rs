@@ -5,40 +5,27 @@
 //! the key's shard. With one lock, a producer and the consumers collided on
 //! most operations, and under contention the lock parks threads: on a
 //! 2-core machine about 30 futex calls per 1,000 keys, each a wake through
-//! the kernel (expensive on VMs). With 8 shards (the default) a producer
-//! and a consumer meet on the same lock about once in 8 operations, and the
-//! same benchmark makes 0.05-0.2 futex calls per 1,000 keys.
+//! the kernel (expensive on VMs).
 //!
-//! The shards still hand out one order. Every key made ready in any shard
-//! draws a number from one counter (an atomic add, no lock), and each shard
-//! publishes the *rank* of the key it would hand out next, its priority and
-//! that number, in the [`Marks`]. A consumer reads every rank, takes the
-//! shard whose key ranks first and pops under that shard's lock alone; if a
-//! mark was stale (another consumer was first), it reads them again. So the
+//! The shards still hand out one order, which the queue's lanes hold apart
+//! from them ([`crate::lanes`]): every key made ready in any shard pushes a
+//! ticket to the lane of its priority, and a consumer pops the highest
+//! lane's front ticket and takes that shard's lock to lease its key. So the
 //! queue hands out the highest priority first and FIFO within a priority,
-//! as one ordered list would. Consumers go for the same shard, so a
-//! consumer that finds that shard's lock taken (most often by another
-//! consumer taking its key) reads the marks again a few times before it
-//! waits for the lock: by then the marks usually name the next shard.
-//! It never takes a key other than the first: skipping to the runner-up
-//! would be wrong when the lock's holder is a producer.
-//!
-//! The numbers are 32 bits and wrap; two keys compare by their distance,
-//! so the order across shards holds between keys of one priority drawn
-//! fewer than 2^31 numbers apart. Keys of one priority are handed out
-//! oldest first, so only a key kept waiting that long by higher
-//! priorities (two billion hand-outs and raises, about half an hour at a
-//! million a second) can be overtaken by a later key of its own priority
-//! in another shard; a starvation bound keeps keys from waiting so long.
-//! Within a shard the order is always kept.
+//! as one ordered list would. (Until 2026-12, each shard published the rank
+//! of its next key here, and every hand-out read the ranks of all shards,
+//! which the other core's hand-outs and adds kept changing; see
+//! `PERFORMANCE.md`.)
 //!
 //! Only an ordering that hands out highest priority first and FIFO within a
-//! priority can be merged this way, so only such orderings split (they say
-//! so with [`Ordering::split`]: the
-//! default [`Priorities`](crate::Priorities) does); any other runs as one
-//! shard, exactly as before. The starvation bound works across shards: each
-//! mark also shows when its shard's oldest ready key became ready, and a
-//! key past the bound is taken first from whichever shard holds it.
+//! priority can be kept in lanes, so only such orderings split (they say
+//! so with [`Ordering::split`]: the default
+//! [`Priorities`](crate::Priorities) does); any other runs as one shard,
+//! which its ordering orders under the shard's lock, and whose mark's rank
+//! says whether it holds a ready key. The starvation bound works across
+//! shards: each mark also shows when its shard's oldest ready key became
+//! ready, and a key past the bound is taken first from whichever shard
+//! holds it.
 //!
 //! A shard's mark also says whether it has closed (shut down, nothing more
 //! to hand out) or drained (nothing leased either): the queue is closed or
@@ -72,12 +59,12 @@ pub(crate) struct Shard<K, O: Ordering<K>> {
 
 /// What the shards show without their locks, written under them.
 ///
-/// The ranks, which every hand-out reads in full, sit side by side, eight
-/// to a cache line: a hand-out reads one line for eight shards, and misses
-/// it only when another thread changed a rank since (a hand-out changes its
-/// shard's; an add only when its key goes first in its shard). They are on
-/// lines apart from the locks, which every add writes. The rest of a
-/// shard's mark changes rarely, and sits on lines of its own.
+/// A rank says whether a shard holds a ready key, and only the one shard of
+/// a queue that does not split shows one (the lanes hold a split queue's
+/// order, and its ranks stay [`EMPTY`]); the ranks sit eight to a cache
+/// line, apart from the locks, which every add writes. The rest of a
+/// shard's mark (its oldest ready key, with a starvation bound, and its
+/// status) changes rarely, and sits on lines of its own.
 pub(crate) struct Marks {
     ranks: Box<[RankLine]>,
     rest: Box<[Mark]>,
@@ -138,7 +125,12 @@ impl Marks {
     /// line on every hand-out, so reading it would miss).
     #[inline]
     pub(crate) fn publish<K, O: Ordering<K>>(&self, i: usize, st: &mut State<K, O>) {
-        let rank = st.head_rank();
+        // With lanes, they hold the order, and the ranks stay empty.
+        let rank = if st.has_lanes() {
+            EMPTY
+        } else {
+            st.head_rank()
+        };
         let changed = st.shown.rank != rank;
         if changed {
             // A hand-out showing the next key (or none), or a key put in

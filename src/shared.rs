@@ -3,10 +3,12 @@
 //! for a key, and what is done around them.
 //!
 //! Every add and lease end takes the lock of its key's shard once, briefly,
-//! and a hand-out the lock of the shard whose next key ranks first: keys
-//! are hashed and clocks read before a lock is taken, and tasks are woken
-//! and metrics told after it is released ([`Effects`] carries what to do,
-//! and [`release`](Shared::release) does it).
+//! and a hand-out the lock of the shard whose key it takes: with several
+//! shards, the key of the front ticket of the highest lane
+//! ([`crate::lanes`]). Keys are hashed and clocks read before a lock is
+//! taken, and tasks are woken and metrics told after it is released
+//! ([`Effects`] carries what to do, and [`release`](Shared::release) does
+//! it).
 //!
 //! # Waiting consumers
 //!
@@ -16,14 +18,14 @@
 //! look that found nothing cannot be one critical section across all
 //! shards, so the two sides order themselves through sequentially
 //! consistent memory instead: a consumer counts itself in `sleepers`, then
-//! (after a fence) reads every shard's mark again; a producer that makes an
-//! empty shard show a key does so with a sequentially consistent store under
-//! that shard's lock, and every producer reads `sleepers` after it has
-//! released the lock. One of the two sees the other: either the consumer
-//! finds the key and takes it, or the producer finds the consumer and wakes
-//! it. A producer adding to a shard that shows a key already makes no
-//! barrier at all, and one with no one asleep touches no lock but its
-//! shard's. What a consumer keeps between polls is a [`Wait`](crate::take::Wait), a waiter
+//! (after a fence) looks again, at the lanes' counts of tickets pushed and
+//! popped or, in a queue of one shard, at its mark; a producer publishes a
+//! ticket with a sequentially consistent store (one shard: makes an empty
+//! shard show a key with one), under that shard's lock, and every producer
+//! reads `sleepers` after it has released the lock. One of the two sees the
+//! other: either the consumer finds the key and takes it, or the producer
+//! finds the consumer and wakes it. A producer with no one asleep touches
+//! no lock but its shard's and its lane's back. What a consumer keeps between polls is a [`Wait`](crate::take::Wait), a waiter
 //! number and nothing pinned, so a [`WorkQueue`](crate::WorkQueue) polled
 //! as a stream keeps it inline ([`crate::take`] holds the consumer's side).
 //! [`WorkQueue`](crate::WorkQueue), [`WorkItem`](crate::WorkItem) and the timer task are
@@ -37,6 +39,7 @@ use tokio::time::Instant;
 
 use crate::Key;
 use crate::error::AddError;
+use crate::lanes::Lanes;
 use crate::limiter::RateLimiter;
 use crate::metrics::{MetricsHook, Snapshot, Source};
 use crate::ordering::Ordering;
@@ -60,7 +63,10 @@ pub(crate) enum Taken<K> {
 }
 
 /// How often a hand-out looks again at the marks when the lock of the
-/// shard it chose is taken, before it waits for that lock or yields.
+/// shard it chose is taken, before it waits for that lock or yields (in a
+/// queue of one shard; with several, a hand-out takes from the lanes, see
+/// [`Shared::pop_lanes`], and the figures below were measured before
+/// them, with 8 shards merged by their marks).
 ///
 /// A few looks are enough when the holder is another consumer taking its
 /// key: it shows the next one as it unlocks. A holder still there after
@@ -79,6 +85,14 @@ const TRIES: u32 = 4;
 #[cfg(tokio_workqueue_loom)]
 const TRIES: u32 = 1;
 
+/// How often a hand-out that popped a ticket looks at its shard's lock
+/// before it waits for it.
+#[cfg(not(tokio_workqueue_loom))]
+const SPINS: u32 = 64;
+/// Once under loom: each look is a branch of the model.
+#[cfg(tokio_workqueue_loom)]
+const SPINS: u32 = 1;
+
 /// Hashes keys: to find their shard, and in the shard's index.
 #[cfg(not(tokio_workqueue_loom))]
 type KeyHasher = hashbrown::DefaultHashBuilder;
@@ -89,6 +103,8 @@ type KeyHasher = std::hash::BuildHasherDefault<std::collections::hash_map::Defau
 
 pub(crate) struct Shared<K, O: Ordering<K>> {
     pub(crate) shards: Box<[Shard<K, O>]>,
+    /// With more than one shard: the order of their ready keys.
+    lanes: Option<Arc<Lanes>>,
     /// What each shard shows without its lock.
     marks: Marks,
     /// Shards minus one: their number is a power of two.
@@ -166,8 +182,9 @@ impl<K, O: Ordering<K>> Shared<K, O> {
         let shards = states.len();
         assert!(shards.is_power_of_two());
         let counters = Arc::new(Counters::new());
+        let lanes = (shards > 1).then(|| Arc::new(Lanes::new(shards)));
         for (i, st) in states.iter_mut().enumerate() {
-            st.join(i as u32, counters.clone(), shards > 1);
+            st.join(i as u32, counters.clone(), lanes.clone());
         }
         Shared {
             shards: states
@@ -177,6 +194,7 @@ impl<K, O: Ordering<K>> Shared<K, O> {
                     layout: SharedLayout::default(),
                 })
                 .collect(),
+            lanes,
             marks: Marks::new(shards, promote_after.is_some()),
             mask: shards - 1,
             counters,
@@ -255,6 +273,9 @@ impl<K, O: Ordering<K>> Shared<K, O> {
 
     /// Whether any shard has a key ready.
     pub(crate) fn any_ready(&self) -> bool {
+        if let Some(lanes) = &self.lanes {
+            return !lanes.is_empty();
+        }
         self.marks.any_ready()
     }
 
@@ -340,8 +361,9 @@ impl<K: Key, O: Ordering<K>> Shared<K, O> {
         Ok(())
     }
 
-    /// Hands out the key that ranks first across the shards, if any is
-    /// ready: the shard's number and the key.
+    /// Hands out the next key, if any is ready: the shard's number and the
+    /// key. With several shards, that is [`pop_lanes`](Self::pop_lanes);
+    /// with one, its ordering's next key, as follows.
     ///
     /// The shard's lock taken is usually another consumer taking that
     /// shard's key, and once it has, the marks name the next best; so a few
@@ -354,6 +376,9 @@ impl<K: Key, O: Ordering<K>> Shared<K, O> {
             .promote_after
             .zip(now)
             .map(|(after, now)| (after, rank::nanos_since(self.epoch(), now)));
+        if let Some(lanes) = &self.lanes {
+            return self.pop_lanes(lanes, promote, now);
+        }
         let mut tries = 0;
         let mut busy = None;
         loop {
@@ -397,6 +422,63 @@ impl<K: Key, O: Ordering<K>> Shared<K, O> {
             self.release(i, st, &mut fx);
             return Taken::Key(i, popped);
         }
+    }
+
+    /// [`pop`](Self::pop) for a queue of several shards: the oldest key
+    /// past the starvation bound if there is one, else the key of the
+    /// front ticket of the highest lane (see [`crate::lanes`]).
+    ///
+    /// A popped ticket is the next key in the order, so the consumer waits
+    /// for its shard's lock rather than give the ticket up: a shard's lock
+    /// is held only briefly, but by an add that grows the shard's index,
+    /// for longer.
+    fn pop_lanes(
+        &self,
+        lanes: &Lanes,
+        promote: Option<(u64, u64)>,
+        now: Option<Instant>,
+    ) -> Taken<K> {
+        if promote.is_some()
+            && let Some(pick @ shard::Pick::Oldest(..)) = shard::pick(&self.marks, promote)
+        {
+            let i = pick.shard();
+            let mut st = self.shards[i].state.lock();
+            if pick.holds(&mut st)
+                && let Some(popped) = st.pop(now)
+            {
+                let mut fx = st.closed_effects();
+                self.release(i, st, &mut fx);
+                return Taken::Key(i, popped);
+            }
+        }
+        loop {
+            let Some(ticket) = lanes.pop() else {
+                return Taken::Empty;
+            };
+            let i = ticket.shard;
+            let mut st = self.lock_briefly(i);
+            match st.take(ticket, now) {
+                Some(popped) => {
+                    let mut fx = st.closed_effects();
+                    self.release(i, st, &mut fx);
+                    return Taken::Key(i, popped);
+                }
+                // Stale: its key was raised or taken out of turn.
+                None => drop(st),
+            }
+        }
+    }
+
+    /// Shard `i`'s lock, looked at a few times before waiting for it
+    /// (parked, a thread is slow to wake).
+    fn lock_briefly(&self, i: usize) -> MutexGuard<'_, State<K, O>> {
+        for _ in 0..SPINS {
+            if let Some(st) = self.shards[i].state.try_lock() {
+                return st;
+            }
+            crate::sync::spin();
+        }
+        self.shards[i].state.lock()
     }
 
     pub(crate) fn snapshot(&self) -> Snapshot {
@@ -447,8 +529,9 @@ impl<K, O: Ordering<K>> Shared<K, O> {
         drop(st);
         // Every consumer that saw this shard empty and went to sleep is
         // registered in `sleepers` as this load sees it: the store that
-        // made the shard show a key was SeqCst and happens before this
-        // load, through the shard's lock (see `Marks::publish`).
+        // published the key (a ticket's count, or the one shard's mark) was
+        // SeqCst and happens before this load, through the shard's lock (see
+        // `BackGuard::push` and `Marks::publish`).
         if fx.wake_all || (fx.wake > 0 && self.sleepers.load(SeqCst) > 0) {
             self.wake(fx);
         }

@@ -26,7 +26,13 @@
 //! (`Place::Ready`'s entry: the default's level links), so it stores no
 //! second copy of the key and, being a type parameter, costs no dispatch.
 //! Everything else stays here: the ordering never sees a key that is not
-//! ready, and a handle it returns is checked before anything is leased. The
+//! ready, and a handle it returns is checked before anything is leased.
+//! In a queue of several shards the order is not any one shard's: a key
+//! made ready or raised pushes a ticket to the queue's lanes instead
+//! ([`crate::lanes`]), its entry keeps that ticket's position, and
+//! [`take`](State::take) leases the key a popped ticket names if it is
+//! still the key's live one; the ordering then holds nothing, and the state
+//! counts the ready keys per priority itself. The
 //! index is a `hashbrown::HashTable` of slot numbers: it holds four bytes
 //! per key and compares keys only on a 32-bit hash match.
 //!
@@ -62,6 +68,7 @@ use std::time::Duration;
 use hashbrown::HashTable;
 use hashbrown::hash_table::Entry;
 
+use crate::lanes::{Lanes, Ticket};
 use crate::nodes::{KeyRef, Nodes};
 use crate::ordering::{Handle, Ordering, Queued};
 use crate::prefetch::{self, IndexLayout};
@@ -388,6 +395,15 @@ pub(crate) struct State<K, O: Ordering<K>> {
     /// What the queue's marks show of this state, which only its lock's
     /// holder writes (see [`Marks::publish`](crate::shard::Marks::publish)).
     pub(crate) shown: Shown,
+    /// With other shards: the queue's lanes, which hold the order of every
+    /// shard's ready keys (see [`crate::lanes`]); this state's ordering
+    /// then holds none.
+    lanes: Option<Arc<Lanes>>,
+    /// Where this state last found a priority's lane.
+    lane_hint: usize,
+    /// With lanes: ready keys per priority, highest first (for the depth
+    /// gauge, which the ordering would otherwise count).
+    levels: Vec<(i32, usize)>,
 }
 
 impl<K, O: Ordering<K>> std::fmt::Debug for State<K, O> {
@@ -514,14 +530,6 @@ impl<K: Eq + Hash, O: Ordering<K>> State<K, O> {
             }
             Entry::Vacant(v) => v,
         };
-        // A new key ready now draws its number before the node and the
-        // index are written: the draw is a locked instruction, which waits
-        // for every store before it, and those are cache misses on a large
-        // queue.
-        let drawn = match when {
-            When::Now if self.ranks.is_some() => Some(self.counters.draw()),
-            _ => None,
-        };
         let node = Node {
             place: Place::Leased,
             hash: h,
@@ -534,6 +542,14 @@ impl<K: Eq + Hash, O: Ordering<K>> State<K, O> {
             key,
             node,
         );
+        if let Some(lanes) = &self.lanes {
+            // A ticket names the slot in the bits the shard leaves.
+            assert!(
+                slot < lanes.slots(),
+                "more than {} keys in one shard of a queue",
+                lanes.slots()
+            );
+        }
         // An insert is the only thing that can move the table.
         let inserted = vacant.insert(slot);
         let bucket = inserted.bucket_index();
@@ -541,7 +557,7 @@ impl<K: Eq + Hash, O: Ordering<K>> State<K, O> {
         self.layout = IndexLayout::new(slot_addr, bucket, self.index.num_buckets());
         match when {
             When::Now => {
-                self.make_ready_numbered(slot, priority, now, drawn);
+                self.make_ready(slot, priority, now);
                 fx.wake = 1;
                 fx.added = 1;
             }
@@ -633,6 +649,9 @@ impl<K, O: Ordering<K>> State<K, O> {
             shard: 0,
             head: None,
             shown: Shown::default(),
+            lanes: None,
+            lane_hint: 0,
+            levels: Vec::new(),
         }
     }
 
@@ -668,6 +687,9 @@ impl<K, O: Ordering<K>> State<K, O> {
     /// Ready keys per priority, highest first: from the ordering if it
     /// counts them, else by walking the slots (at scrape time only).
     fn ready_by_priority(&self) -> Vec<(i32, usize)> {
+        if self.lanes.is_some() {
+            return self.levels.clone();
+        }
         if let Some(counts) = self.order.ready_by_priority() {
             return counts;
         }
@@ -744,40 +766,28 @@ impl<K, O: Ordering<K>> State<K, O> {
         unsafe { self.nodes.replace_key(slot as usize, None) }
     }
 
-    /// A key joins the ready set at `now`: the ordering is told.
+    /// A key joins the ready set at `now`: the ordering, or with other
+    /// shards the lanes, are told.
     fn make_ready(&mut self, slot: u32, priority: i32, now: Option<Instant>) {
-        self.make_ready_numbered(slot, priority, now, None);
-    }
-
-    /// [`make_ready`](Self::make_ready) with the key's number drawn already
-    /// (`drawn`), if it was.
-    fn make_ready_numbered(
-        &mut self,
-        slot: u32,
-        priority: i32,
-        now: Option<Instant>,
-        drawn: Option<u32>,
-    ) {
         let node = &mut self.nodes[slot as usize];
         node.priority = priority;
         node.place = Place::Ready(O::Entry::default());
-        self.order.push(
-            &mut Queued::new(&mut self.nodes),
-            Handle::new(slot),
-            priority,
-        );
+        if self.lanes.is_some() {
+            self.push_ticket(slot, priority);
+            self.count_level(priority, true);
+        } else {
+            self.order.push(
+                &mut Queued::new(&mut self.nodes),
+                Handle::new(slot),
+                priority,
+            );
+        }
         self.ready_len += 1;
-        // A key at the next key's priority or below goes behind it, in an
-        // ordering that splits.
-        if self
-            .head
-            .is_some_and(|r| r == rank::EMPTY || priority > rank::priority(r))
-        {
+        if self.head == Some(rank::EMPTY) {
             self.head = None;
         }
-        if let Some(seq) = self.draw_rank(slot, drawn)
+        if let Some(seq) = self.age_number()
             && let Some(r) = &mut self.ranks
-            && self.times.as_ref().is_some_and(|t| t.age_list)
         {
             let i = slot as usize;
             if r.ages.len() <= i {
@@ -793,18 +803,15 @@ impl<K, O: Ordering<K>> State<K, O> {
         }
     }
 
-    /// Numbers the key at `slot`, just made ready (or raised), among every
-    /// shard's ready keys: with `drawn` if its number was drawn already.
+    /// With other shards and a starvation bound, a number for a key just
+    /// made ready, from every shard's one count: it breaks ties between
+    /// the shards' oldest keys ready at the same time. (A raise keeps its
+    /// key's age, and so its number.)
     #[inline]
-    fn draw_rank(&mut self, slot: u32, drawn: Option<u32>) -> Option<u32> {
+    fn age_number(&self) -> Option<u32> {
         self.ranks.as_ref()?;
-        let seq = drawn.unwrap_or_else(|| self.counters.draw());
-        if let Place::Ready(entry) = &mut self.nodes[slot as usize].place
-            && let Some(number) = O::number_mut(entry)
-        {
-            *number = seq;
-        }
-        Some(seq)
+        let ages = self.times.as_ref().is_some_and(|t| t.age_list);
+        ages.then(|| self.counters.draw())
     }
 
     /// Merges another add into the live node at `slot`: the earliest ready
@@ -826,12 +833,20 @@ impl<K, O: Ordering<K>> State<K, O> {
                 // The ordering decides whether an add of a ready key moves
                 // it; its ready time, and so its place in the age list, is
                 // kept.
+                if priority > old && self.lanes.is_some() {
+                    // To the back of its new lane; the old ticket is left
+                    // behind, stale.
+                    self.nodes[slot as usize].priority = priority;
+                    self.push_ticket(slot, priority);
+                    self.count_level(old, false);
+                    self.count_level(priority, true);
+                    return;
+                }
+                if self.lanes.is_some() {
+                    return;
+                }
                 if priority > old {
                     self.nodes[slot as usize].priority = priority;
-                    // A raise goes to the back of its new level, in every
-                    // shard's eyes too.
-                    _ = self.draw_rank(slot, None);
-                    self.head = None;
                 }
                 self.order.touch(
                     &mut Queued::new(&mut self.nodes),
@@ -1081,14 +1096,42 @@ impl<K, O: Ordering<K>> State<K, O> {
         }
         let mut queued = Queued::new(&mut self.nodes);
         let slot = if promoted != NIL {
-            self.order.remove(&mut queued, Handle::new(promoted));
+            if self.lanes.is_none() {
+                self.order.remove(&mut queued, Handle::new(promoted));
+            }
             promoted
+        } else if self.lanes.is_some() {
+            // The lanes hold the order: here only the starvation bound
+            // takes a key (its ticket is left behind, stale).
+            return None;
         } else {
             match self.order.pop(&mut queued) {
                 Some(h) => h.slot(),
                 None => self.lost_keys(),
             }
         };
+        Some(self.lease(slot, now))
+    }
+
+    /// Takes the key a ticket popped from the lanes names, if the ticket is
+    /// still its key's live one (it is stale once the key was raised to
+    /// another lane, or taken out of turn).
+    #[inline(always)]
+    pub(crate) fn take(&mut self, ticket: Ticket, now: Option<Instant>) -> Option<Popped<K>> {
+        match self.nodes.get(ticket.slot as usize) {
+            Some(Node {
+                place: Place::Ready(entry),
+                priority,
+                ..
+            }) if *priority == ticket.priority && O::number(entry) == ticket.position => {}
+            _ => return None,
+        }
+        Some(self.lease(ticket.slot, now))
+    }
+
+    /// Leases the ready key at `slot`.
+    #[inline(always)]
+    fn lease(&mut self, slot: u32, now: Option<Instant>) -> Popped<K> {
         // Whatever the ordering answered, only a ready key is leased.
         if !matches!(
             self.nodes.get(slot as usize),
@@ -1101,7 +1144,12 @@ impl<K, O: Ordering<K>> State<K, O> {
         }
         self.ready_len -= 1;
         self.head = None;
-        self.prefetch_head();
+        if self.lanes.is_some() {
+            let priority = self.nodes[slot as usize].priority;
+            self.count_level(priority, false);
+        } else {
+            self.prefetch_head();
+        }
         let mut ready_at = None;
         let mut lease = NIL;
         if let Some(t) = &mut self.times {
@@ -1120,13 +1168,48 @@ impl<K, O: Ordering<K>> State<K, O> {
         // The lease end will look the key up to free it: start fetching its
         // index group now, while the worker runs outside the lock.
         self.layout.prefetch(wide(node.hash));
-        Some(Popped {
+        Popped {
             slot,
             key: KeyRef::new(key.expect("live node without a key")),
             priority: node.priority,
             ready_at,
             lease,
-        })
+        }
+    }
+
+    /// Pushes a ticket for the ready key at `slot` to the lane of
+    /// `priority`, and keeps its position in the key's entry.
+    fn push_ticket(&mut self, slot: u32, priority: i32) {
+        let Some(lanes) = &self.lanes else {
+            return;
+        };
+        let position = lanes.push(priority, self.shard as usize, slot, &mut self.lane_hint);
+        if let Place::Ready(entry) = &mut self.nodes[slot as usize].place
+            && let Some(number) = O::number_mut(entry)
+        {
+            *number = position;
+        }
+    }
+
+    /// Counts a ready key of `priority` in (`up`) or out of the levels.
+    fn count_level(&mut self, priority: i32, up: bool) {
+        let at = self.levels.partition_point(|&(p, _)| p > priority);
+        match self.levels.get_mut(at) {
+            Some((p, n)) if *p == priority => {
+                if up {
+                    *n += 1;
+                } else {
+                    *n -= 1;
+                    if *n == 0 {
+                        self.levels.remove(at);
+                    }
+                }
+            }
+            _ => {
+                debug_assert!(up, "a level counted out that holds no key");
+                self.levels.insert(at, (priority, 1));
+            }
+        }
     }
 
     /// The ordering answered no key while keys are ready.
@@ -1161,7 +1244,7 @@ impl<K, O: Ordering<K>> State<K, O> {
         const LARGE: usize = 1 << 15;
         // A shard's keys share the cache with the other shards': it counts
         // as large from the size a queue of all of them would be large at.
-        let large = if self.ranks.is_some() {
+        let large = if self.lanes.is_some() {
             LARGE / 8
         } else {
             LARGE
@@ -1306,24 +1389,14 @@ impl<K, O: Ordering<K>> State<K, O> {
     }
 
     fn find_head_rank(&mut self) -> u64 {
+        // Asked only of a queue's one shard (with several, the lanes hold
+        // the order and the ranks stay empty): its rank is compared with
+        // none, and says only that a key is ready.
         if self.ready_len == 0 {
-            return rank::EMPTY;
+            rank::EMPTY
+        } else {
+            rank::rank(0, 0)
         }
-        if self.ranks.is_none() {
-            // The only shard: its rank is compared with none, and says only
-            // that a key is ready (no node read under the lock for it).
-            return rank::rank(0, 0);
-        }
-        let queued = Queued::new(&mut self.nodes);
-        let Some(next) = self.order.prefetch_next(&queued) else {
-            // An ordering that splits names its next key.
-            return rank::rank(i32::MAX, 0);
-        };
-        let node = &self.nodes[next.index()];
-        let Place::Ready(entry) = &node.place else {
-            not_ready(next.slot())
-        };
-        rank::rank(node.priority, O::number(entry))
     }
 
     /// When the oldest ready key became ready, in nanoseconds from the
@@ -1346,10 +1419,16 @@ impl<K, O: Ordering<K>> State<K, O> {
     /// delays' entries), counting from the queue's `counters`; `split`:
     /// the queue has other shards, so ready keys draw numbers to be merged
     /// by.
-    pub(crate) fn join(&mut self, index: u32, counters: Arc<Counters>, split: bool) {
+    pub(crate) fn join(&mut self, index: u32, counters: Arc<Counters>, lanes: Option<Arc<Lanes>>) {
         self.shard = index;
         self.counters = counters;
-        self.ranks = split.then(Ranks::default);
+        self.ranks = lanes.is_some().then(Ranks::default);
+        self.lanes = lanes;
+    }
+
+    /// Whether the queue's lanes hold the order (it has other shards).
+    pub(crate) fn has_lanes(&self) -> bool {
+        self.lanes.is_some()
     }
 
     /// After a pop: tell everyone if that was the last key there will be.

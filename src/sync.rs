@@ -38,12 +38,12 @@ pub(crate) fn spin() {
 pub(crate) mod atomic {
     #[cfg(not(tokio_workqueue_loom))]
     pub(crate) use std::sync::atomic::{
-        AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+        AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
     };
 
     #[cfg(tokio_workqueue_loom)]
     pub(crate) use loom::sync::atomic::{
-        AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+        AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
     };
 }
 

@@ -129,8 +129,9 @@ impl<K: Key, O: Ordering<K>> Holder<K, O> {
                 continue;
             }
             wait.waiter = Some(queue.waiters().register(cx.waker()));
-            // Pairs with the SeqCst store of a producer that makes an empty
-            // shard show a key (see `Marks::publish`): either this look sees
+            // Pairs with the SeqCst store of a producer that publishes a
+            // ticket, or makes a queue's one shard show a key (see
+            // `BackGuard::push` and `Marks::publish`): either this look sees
             // the key, or every producer of that shard from then on sees
             // this consumer registered and wakes it.
             fence(SeqCst);

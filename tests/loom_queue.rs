@@ -23,7 +23,8 @@
 //! plugged in (`*_with_each_ordering`): the queue's guarantees must not
 //! depend on it.
 //!
-//! The preemption bound defaults to 3 (override with `LOOM_MAX_PREEMPTIONS`).
+//! The preemption bound defaults to 3, and to 2 for the one model of five
+//! threads (override either with `LOOM_MAX_PREEMPTIONS`).
 #![cfg(tokio_workqueue_loom)]
 
 use std::future::Future;
@@ -34,12 +35,17 @@ use std::task::{Context, Poll, Waker};
 
 use loom::thread;
 use tokio_workqueue::ordering::{Ordering, TwoLanes};
-use tokio_workqueue::{AddError, FairShare, Fifo, WorkQueue};
+use tokio_workqueue::{AddError, AddOpts, FairShare, Fifo, WorkQueue};
 
 fn model(f: impl Fn() + Sync + Send + 'static) {
+    model_with_preemptions(3, f);
+}
+
+/// [`model`] with another default preemption bound.
+fn model_with_preemptions(bound: usize, f: impl Fn() + Sync + Send + 'static) {
     let mut b = loom::model::Builder::new();
     if b.preemption_bound.is_none() {
-        b.preemption_bound = Some(3);
+        b.preemption_bound = Some(bound);
     }
     b.check(f);
 }
@@ -464,9 +470,21 @@ fn dropped_and_woken_waits_uncount_themselves_once() {
     });
 }
 
+/// A thread that takes two keys, in the order it gets them.
+fn take_two(q: &WorkQueue<u32>) -> thread::JoinHandle<(u32, u32)> {
+    let q = q.clone();
+    thread::spawn(move || {
+        loom::future::block_on(async {
+            let first = *q.get().await.unwrap();
+            let second = *q.get().await.unwrap();
+            (first, second)
+        })
+    })
+}
+
 /// Two keys in different shards, added in order by one thread while another
 /// takes them: the consumer gets them in the order they were added, whatever
-/// the interleaving (the shards merge their keys by the numbers they drew),
+/// the interleaving (both tickets are in one lane, in the order pushed),
 /// and neither misses a wake-up (each shard's add wakes the sleeping consumer
 /// through the sleeper count, not a lock they share).
 #[test]
@@ -475,16 +493,7 @@ fn keys_in_two_shards_come_out_in_the_order_added() {
         let q = queue();
         let a = 1;
         let b = (2..).find(|k| q.shard_of(k) != q.shard_of(&a)).unwrap();
-        let consumer = {
-            let q = q.clone();
-            thread::spawn(move || {
-                loom::future::block_on(async {
-                    let first = *q.get().await.unwrap();
-                    let second = *q.get().await.unwrap();
-                    (first, second)
-                })
-            })
-        };
+        let consumer = take_two(&q);
         q.add(a).unwrap();
         q.add(b).unwrap();
         assert_eq!(consumer.join().unwrap(), (a, b));
@@ -492,8 +501,7 @@ fn keys_in_two_shards_come_out_in_the_order_added() {
 }
 
 /// Two consumers, two keys in one shard, added by a third thread: the
-/// second add does not change the shard's rank (the first key still goes
-/// first), so it stores nothing and skips the fence, and must still wake
+/// second add pushes behind the first key's ticket, and must still wake
 /// the second sleeping consumer. Each consumer gets one key; neither hangs.
 #[test]
 fn two_consumers_two_keys_in_one_shard() {
@@ -504,12 +512,18 @@ fn two_consumers_two_keys_in_one_shard() {
 }
 
 /// Two producers add one key each to one shard while two consumers sleep:
-/// only the add that finds the shard empty makes a fence (see
-/// `Marks::publish`), and the other, whichever comes second, must still see
-/// the consumer it has to wake. Each consumer gets one key; neither hangs.
+/// the add that comes second, whichever it is, must still see the consumer
+/// it has to wake (each publishes its ticket with a SeqCst store, see
+/// `BackGuard::push`). Each consumer gets one key; neither hangs.
+///
+/// Five threads: explored with two preemptions unless
+/// `LOOM_MAX_PREEMPTIONS` says otherwise. With three, since the lanes
+/// added the lanes' locks to every add and hand-out, it ran for more than
+/// 40 minutes on a 2-core machine (the whole suite took 20 before), longer
+/// than CI can give it.
 #[test]
 fn two_producers_of_one_shard_wake_two_consumers() {
-    model(move || {
+    model_with_preemptions(2, move || {
         let q = queue();
         let b = (2..).find(|k| q.shard_of(k) == q.shard_of(&1)).unwrap();
         let consumers: Vec<_> = (0..2)
@@ -527,5 +541,51 @@ fn two_producers_of_one_shard_wake_two_consumers() {
         let mut got: Vec<u32> = consumers.into_iter().map(|c| c.join().unwrap()).collect();
         got.sort();
         assert_eq!(got, [1, b]);
+    });
+}
+
+/// One thread adds a key at a high priority, then one at a low priority in
+/// another shard (so another lane and another shard's lock), while another
+/// thread takes keys: the high key goes out first whatever the interleaving
+/// (a consumer that chose the low lane looks at the higher lanes again
+/// before it pops, and the high ticket was pushed before the low one).
+#[test]
+fn a_higher_key_added_first_goes_out_first_across_lanes() {
+    model(move || {
+        let q = queue();
+        let high = 1;
+        let low = (2..).find(|k| q.shard_of(k) != q.shard_of(&high)).unwrap();
+        let consumer = take_two(&q);
+        q.add_with(high, AddOpts::new().priority(10)).unwrap();
+        q.add_with(low, AddOpts::new().priority(0)).unwrap();
+        assert_eq!(consumer.join().unwrap(), (high, low));
+    });
+}
+
+/// A ready key raised to a higher lane while a consumer takes keys: a key
+/// already at the higher priority, added before the raise, still goes out
+/// before it, and the raised key goes out once (the ticket it left in its
+/// old lane is skipped), or, raised during its lease, once more after it.
+#[test]
+fn a_raised_key_goes_out_once_behind_its_new_level() {
+    model(move || {
+        let q = queue();
+        let raised = 1;
+        let other = (2..)
+            .find(|k| q.shard_of(k) != q.shard_of(&raised))
+            .unwrap();
+        q.add_with(raised, AddOpts::new().priority(0)).unwrap();
+        q.add_with(other, AddOpts::new().priority(5)).unwrap();
+        let consumer = take_two(&q);
+        q.add_with(raised, AddOpts::new().priority(5)).unwrap();
+        assert_eq!(consumer.join().unwrap(), (other, raised));
+        // A raise that came while the key was leased comes back once, at
+        // its priority; one that came while it was ready left a stale
+        // ticket, which gives nothing.
+        if let Some(again) = poll_once(q.get()) {
+            let again = again.unwrap();
+            assert_eq!((*again, again.priority()), (raised, 5));
+        }
+        assert_eq!(q.len(), 0);
     });
 }

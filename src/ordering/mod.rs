@@ -195,13 +195,12 @@ pub trait Ordering<K>: Send + 'static {
     /// default) if this ordering cannot be split: the queue then has one
     /// shard.
     ///
-    /// A queue merges its shards' orderings by the rank of each one's next
-    /// key (its priority, then the order in which keys became ready or were
-    /// raised), so an ordering may answer `Some` only if it hands out
-    /// exactly that order: highest priority first, FIFO within a priority,
-    /// a key raised going to the back of its new level, and
-    /// [`prefetch_next`](Self::prefetch_next) naming the key `pop` would
-    /// return. [`Priorities`] does; [`TwoLanes`] (whose levels are lanes,
+    /// A queue of several shards keeps the order of their ready keys
+    /// itself, in one first-in, first-out lane per priority, and then calls
+    /// none of the ordering's other methods: an ordering may answer `Some`
+    /// only if it hands out exactly that order, highest priority first,
+    /// FIFO within a priority, a key raised going to the back of its new
+    /// level. [`Priorities`] does; [`TwoLanes`] (whose levels are lanes,
     /// not priorities), [`Fifo`] and [`FairShare`] do not.
     fn split(&self) -> Option<Self>
     where
@@ -210,9 +209,9 @@ pub trait Ordering<K>: Send + 'static {
         None
     }
 
-    /// The number a ready key drew in a queue of several shards, kept in
-    /// its entry by an ordering that [splits](Self::split) (see
-    /// [`number_mut`](Self::number_mut)).
+    /// In a queue of several shards, the position of a ready key's ticket
+    /// in its lane (its low 32 bits), kept in its entry by an ordering that
+    /// [splits](Self::split) (see [`number_mut`](Self::number_mut)).
     #[doc(hidden)]
     fn number(entry: &Self::Entry) -> u32
     where
@@ -222,9 +221,10 @@ pub trait Ordering<K>: Send + 'static {
         0
     }
 
-    /// Where an ordering that [splits](Self::split) keeps the number a
-    /// ready key drew, in its entry (the queue sets it after `push` and
-    /// reads it to rank the key); `None` for one that does not split.
+    /// Where an ordering that [splits](Self::split) keeps the position of
+    /// a ready key's ticket, in its entry (the queue sets it as the key
+    /// becomes ready or is raised, and reads it to tell the key's live
+    /// ticket from stale ones); `None` for one that does not split.
     #[doc(hidden)]
     fn number_mut(entry: &mut Self::Entry) -> Option<&mut u32>
     where

@@ -6,8 +6,8 @@ use super::{Handle, MAX_IDLE_LEVELS, Ordering, Queued};
 use crate::Lane;
 
 /// A ready key's place in [`Priorities`]: its links in its level's list,
-/// and, in a queue of several shards, the number it drew when it became
-/// ready or was raised (its place in the order the shards are merged by).
+/// or, in a queue of several shards (whose lanes keep the order), the
+/// position of its live ticket in its lane.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PriorityEntry {
     links: Links,
@@ -174,7 +174,8 @@ impl<K> Ordering<K> for Priorities {
         self.peek(q)
     }
 
-    /// Priorities hands out the order a queue merges its shards by.
+    /// Priorities hands out the order a queue of several shards keeps in
+    /// its lanes.
     fn split(&self) -> Option<Self> {
         Some(Priorities::new())
     }
