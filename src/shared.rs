@@ -418,9 +418,7 @@ impl<K: Key, O: Ordering<K>> Shared<K, O> {
                 continue;
             }
             let popped = st.pop(now).expect("a shard whose mark shows a key has one");
-            let mut fx = st.closed_effects();
-            self.release(i, st, &mut fx);
-            return Taken::Key(i, popped);
+            return self.hand_out(i, st, popped);
         }
     }
 
@@ -446,9 +444,7 @@ impl<K: Key, O: Ordering<K>> Shared<K, O> {
             if pick.holds(&mut st)
                 && let Some(popped) = st.pop(now)
             {
-                let mut fx = st.closed_effects();
-                self.release(i, st, &mut fx);
-                return Taken::Key(i, popped);
+                return self.hand_out(i, st, popped);
             }
         }
         loop {
@@ -457,16 +453,20 @@ impl<K: Key, O: Ordering<K>> Shared<K, O> {
             };
             let i = ticket.shard;
             let mut st = self.lock_briefly(i);
-            match st.take(ticket, now) {
-                Some(popped) => {
-                    let mut fx = st.closed_effects();
-                    self.release(i, st, &mut fx);
-                    return Taken::Key(i, popped);
-                }
-                // Stale: its key was raised or taken out of turn.
-                None => drop(st),
+            // `None`: stale, its key was raised or taken out of turn.
+            if let Some(popped) = st.take(ticket, now) {
+                return self.hand_out(i, st, popped);
             }
         }
+    }
+
+    /// Releases shard `i`'s lock after a key was popped from it, telling
+    /// everyone if that was the last key there will be.
+    #[inline(always)]
+    fn hand_out(&self, i: usize, st: MutexGuard<'_, State<K, O>>, popped: Popped<K>) -> Taken<K> {
+        let mut fx = st.closed_effects();
+        self.release(i, st, &mut fx);
+        Taken::Key(i, popped)
     }
 
     /// Shard `i`'s lock, looked at a few times before waiting for it

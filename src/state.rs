@@ -118,22 +118,12 @@ impl TimerEntry {
     }
 }
 
-/// What a shard of a queue of several keeps beside its keys: the number
-/// each ready key drew, for its age (see [`crate::shard`]). Keys are
-/// numbered only in a queue of several shards, whose hand-out merges them
-/// by these numbers.
-#[derive(Debug, Default)]
-pub(crate) struct Ranks {
-    /// With a starvation bound, each slot's number as drawn when its key
-    /// became ready (a raise keeps its age): breaks ties between keys ready
-    /// at the same time.
-    ages: Vec<u32>,
-}
-
 /// What every shard of one queue counts from: one epoch for deadlines and
-/// ready times, one numbering of ready keys and one of delays, so that
-/// keys in different shards are put in one order. A state on its own (in
-/// its tests) has counters of its own.
+/// ready times, one numbering of delays (so that keys of different shards
+/// due in the same millisecond come out in the order they were set) and,
+/// with a starvation bound, one of ready keys (to break ties between the
+/// shards' oldest keys). A state on its own (in its tests) has counters
+/// of its own.
 #[derive(Debug)]
 pub(crate) struct Counters {
     /// Deadlines and ready times are kept as nanoseconds from this instant.
@@ -226,6 +216,11 @@ impl Counters {
 struct AgeLinks {
     prev: u32,
     next: u32,
+    /// In a queue of several shards, the number the key drew when it
+    /// became ready (a raise keeps its age, and so its number): breaks ties
+    /// between the shards' oldest keys ready at the same time. Zero with
+    /// one shard, which has no other to break ties with.
+    number: u32,
 }
 
 #[derive(Debug, Default)]
@@ -384,9 +379,6 @@ pub(crate) struct State<K, O: Ordering<K>> {
     /// Serve keys older than this first, oldest first.
     promote_after: Option<Duration>,
     shutdown: bool,
-    /// With other shards: the numbers that order this one's keys among
-    /// theirs.
-    ranks: Option<Ranks>,
     /// This state's place among its queue's shards.
     shard: u32,
     /// The rank [`head_rank`](Self::head_rank) last found, while the key it
@@ -473,6 +465,7 @@ fn alloc<K, E>(
             t.age.push(AgeLinks {
                 prev: NIL,
                 next: NIL,
+                number: 0,
             });
         }
     }
@@ -645,7 +638,6 @@ impl<K, O: Ordering<K>> State<K, O> {
             }),
             promote_after,
             shutdown: false,
-            ranks: None,
             shard: 0,
             head: None,
             shown: Shown::default(),
@@ -786,32 +778,17 @@ impl<K, O: Ordering<K>> State<K, O> {
         if self.head == Some(rank::EMPTY) {
             self.head = None;
         }
-        if let Some(seq) = self.age_number()
-            && let Some(r) = &mut self.ranks
-        {
-            let i = slot as usize;
-            if r.ages.len() <= i {
-                r.ages.resize(self.nodes.len(), 0);
-            }
-            r.ages[i] = seq;
-        }
         if let Some(t) = &mut self.times {
             t.ready_at[slot as usize] = now.unwrap_or_else(Instant::now);
             if t.age_list {
-                t.push_back(slot);
+                // A number from every shard's one count (see `AgeLinks`).
+                let number = match self.lanes {
+                    Some(_) => self.counters.draw(),
+                    None => 0,
+                };
+                t.push_back(slot, number);
             }
         }
-    }
-
-    /// With other shards and a starvation bound, a number for a key just
-    /// made ready, from every shard's one count: it breaks ties between
-    /// the shards' oldest keys ready at the same time. (A raise keeps its
-    /// key's age, and so its number.)
-    #[inline]
-    fn age_number(&self) -> Option<u32> {
-        self.ranks.as_ref()?;
-        let ages = self.times.as_ref().is_some_and(|t| t.age_list);
-        ages.then(|| self.counters.draw())
     }
 
     /// Merges another add into the live node at `slot`: the earliest ready
@@ -833,16 +810,15 @@ impl<K, O: Ordering<K>> State<K, O> {
                 // The ordering decides whether an add of a ready key moves
                 // it; its ready time, and so its place in the age list, is
                 // kept.
-                if priority > old && self.lanes.is_some() {
-                    // To the back of its new lane; the old ticket is left
-                    // behind, stale.
-                    self.nodes[slot as usize].priority = priority;
-                    self.push_ticket(slot, priority);
-                    self.count_level(old, false);
-                    self.count_level(priority, true);
-                    return;
-                }
                 if self.lanes.is_some() {
+                    if priority > old {
+                        // To the back of its new lane; the old ticket is
+                        // left behind, stale.
+                        self.nodes[slot as usize].priority = priority;
+                        self.push_ticket(slot, priority);
+                        self.count_level(old, false);
+                        self.count_level(priority, true);
+                    }
                     return;
                 }
                 if priority > old {
@@ -1406,23 +1382,20 @@ impl<K, O: Ordering<K>> State<K, O> {
     pub(crate) fn oldest_ready(&self) -> Option<(u64, u32)> {
         let t = self.times.as_ref().filter(|t| t.age_list)?;
         let head = t.ready.head;
-        let seq = |r: &Ranks| r.ages[head as usize];
         (head != NIL).then(|| {
             (
                 self.nanos(t.ready_at[head as usize]),
-                self.ranks.as_ref().map_or(0, seq),
+                t.age[head as usize].number,
             )
         })
     }
 
     /// Makes this state shard `index` of a queue (`index` goes into its
-    /// delays' entries), counting from the queue's `counters`; `split`:
-    /// the queue has other shards, so ready keys draw numbers to be merged
-    /// by.
+    /// delays' entries), counting from the queue's `counters`; `lanes`:
+    /// the queue has other shards, whose order the lanes keep.
     pub(crate) fn join(&mut self, index: u32, counters: Arc<Counters>, lanes: Option<Arc<Lanes>>) {
         self.shard = index;
         self.counters = counters;
-        self.ranks = lanes.is_some().then(Ranks::default);
         self.lanes = lanes;
     }
 
@@ -1442,11 +1415,12 @@ impl<K, O: Ordering<K>> State<K, O> {
 
 impl Times {
     /// Links `slot`, just made ready, at the young end of the age list.
-    fn push_back(&mut self, slot: u32) {
+    fn push_back(&mut self, slot: u32, number: u32) {
         let tail = self.ready.tail;
         self.age[slot as usize] = AgeLinks {
             prev: tail,
             next: NIL,
+            number,
         };
         if tail != NIL {
             self.age[tail as usize].next = slot;
@@ -1457,7 +1431,7 @@ impl Times {
     }
 
     fn unlink(&mut self, slot: u32) {
-        let AgeLinks { prev, next } = self.age[slot as usize];
+        let AgeLinks { prev, next, .. } = self.age[slot as usize];
         if prev != NIL {
             self.age[prev as usize].next = next;
         } else {
