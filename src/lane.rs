@@ -115,7 +115,7 @@ impl Lane {
         }
     }
 
-    #[cfg(test)]
+    #[cfg(all(test, not(tokio_workqueue_loom)))]
     pub(crate) fn push(&self, ticket: u32) -> u64 {
         self.back().push(ticket)
     }
@@ -172,7 +172,7 @@ impl Lane {
     }
 
     /// Tickets in the lane, stale ones included.
-    #[cfg(test)]
+    #[cfg(all(test, not(tokio_workqueue_loom)))]
     pub(crate) fn len(&self) -> u64 {
         let popped = self.front.popped.load(SeqCst);
         self.back.pushed.load(SeqCst).saturating_sub(popped)

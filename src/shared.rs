@@ -85,14 +85,6 @@ const TRIES: u32 = 4;
 #[cfg(tokio_workqueue_loom)]
 const TRIES: u32 = 1;
 
-/// How often a hand-out that popped a ticket looks at its shard's lock
-/// before it waits for it.
-#[cfg(not(tokio_workqueue_loom))]
-const SPINS: u32 = 64;
-/// Once under loom: each look is a branch of the model.
-#[cfg(tokio_workqueue_loom)]
-const SPINS: u32 = 1;
-
 /// Hashes keys: to find their shard, and in the shard's index.
 #[cfg(not(tokio_workqueue_loom))]
 type KeyHasher = hashbrown::DefaultHashBuilder;
@@ -342,7 +334,7 @@ impl<K: Key, O: Ordering<K>> Shared<K, O> {
         let shard = &self.shards[i];
         // The lookup's cache misses start before the lock is taken.
         shard.layout.load().prefetch(h);
-        let mut st = shard.state.lock();
+        let mut st = crate::sync::lock_briefly(&shard.state);
         if self.is_shutting_down() {
             return Err(AddError::ShuttingDown);
         }
@@ -452,7 +444,7 @@ impl<K: Key, O: Ordering<K>> Shared<K, O> {
                 return Taken::Empty;
             };
             let i = ticket.shard;
-            let mut st = self.lock_briefly(i);
+            let mut st = crate::sync::lock_briefly(&self.shards[i].state);
             // `None`: stale, its key was raised or taken out of turn.
             if let Some(popped) = st.take(ticket, now) {
                 return self.hand_out(i, st, popped);
@@ -467,18 +459,6 @@ impl<K: Key, O: Ordering<K>> Shared<K, O> {
         let mut fx = st.closed_effects();
         self.release(i, st, &mut fx);
         Taken::Key(i, popped)
-    }
-
-    /// Shard `i`'s lock, looked at a few times before waiting for it
-    /// (parked, a thread is slow to wake).
-    fn lock_briefly(&self, i: usize) -> MutexGuard<'_, State<K, O>> {
-        for _ in 0..SPINS {
-            if let Some(st) = self.shards[i].state.try_lock() {
-                return st;
-            }
-            crate::sync::spin();
-        }
-        self.shards[i].state.lock()
     }
 
     pub(crate) fn snapshot(&self) -> Snapshot {
