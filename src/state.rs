@@ -1099,7 +1099,7 @@ impl<K, O: Ordering<K>> State<K, O> {
                 place: Place::Ready(entry),
                 priority,
                 ..
-            }) if *priority == ticket.priority && O::number(entry) == ticket.position => {}
+            }) if *priority == ticket.priority && O::ticket(entry) == ticket.position => {}
             _ => return None,
         }
         Some(self.lease(ticket.slot, now))
@@ -1161,9 +1161,9 @@ impl<K, O: Ordering<K>> State<K, O> {
         };
         let position = lanes.push(priority, self.shard as usize, slot, &mut self.lane_hint);
         if let Place::Ready(entry) = &mut self.nodes[slot as usize].place
-            && let Some(number) = O::number_mut(entry)
+            && let Some(kept) = O::ticket_mut(entry)
         {
-            *number = position;
+            *kept = position;
         }
     }
 

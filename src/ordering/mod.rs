@@ -211,9 +211,9 @@ pub trait Ordering<K>: Send + 'static {
 
     /// In a queue of several shards, the position of a ready key's ticket
     /// in its lane (its low 32 bits), kept in its entry by an ordering that
-    /// [splits](Self::split) (see [`number_mut`](Self::number_mut)).
+    /// [splits](Self::split) (see [`ticket_mut`](Self::ticket_mut)).
     #[doc(hidden)]
-    fn number(entry: &Self::Entry) -> u32
+    fn ticket(entry: &Self::Entry) -> u32
     where
         Self: Sized,
     {
@@ -226,7 +226,7 @@ pub trait Ordering<K>: Send + 'static {
     /// becomes ready or is raised, and reads it to tell the key's live
     /// ticket from stale ones); `None` for one that does not split.
     #[doc(hidden)]
-    fn number_mut(entry: &mut Self::Entry) -> Option<&mut u32>
+    fn ticket_mut(entry: &mut Self::Entry) -> Option<&mut u32>
     where
         Self: Sized,
     {

@@ -11,7 +11,7 @@ use crate::Lane;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PriorityEntry {
     links: Links,
-    number: u32,
+    ticket: u32,
 }
 
 linked_through_field!(PriorityEntry);
@@ -180,12 +180,12 @@ impl<K> Ordering<K> for Priorities {
         Some(Priorities::new())
     }
 
-    fn number(entry: &PriorityEntry) -> u32 {
-        entry.number
+    fn ticket(entry: &PriorityEntry) -> u32 {
+        entry.ticket
     }
 
-    fn number_mut(entry: &mut PriorityEntry) -> Option<&mut u32> {
-        Some(&mut entry.number)
+    fn ticket_mut(entry: &mut PriorityEntry) -> Option<&mut u32> {
+        Some(&mut entry.ticket)
     }
 }
 
