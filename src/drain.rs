@@ -127,7 +127,7 @@ impl<K: Key, O: Ordering<K>> WorkQueue<K, O> {
 
 impl<K: Key, O: Ordering<K>> Drain<K, O> {
     /// Keeps every delayed key and waits for it to fall due and run, however
-    /// far off its delay ends (up to [`MAX_DELAY`](crate::MAX_DELAY)).
+    /// far off its delay ends (up to [`crate::MAX_DELAY`]).
     pub fn wait_for_delayed(mut self) -> Self {
         self.keep = Keep::All;
         self

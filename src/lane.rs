@@ -161,7 +161,7 @@ impl Lane {
     }
 
     /// Whether no ticket is left (stale ones included). Racy by nature:
-    /// for a consumer deciding whether to sleep (see [`push`](Self::push)).
+    /// for a consumer deciding whether to sleep (see [`push`](BackGuard::push)).
     ///
     /// A consumer can take a ticket between its write and its count, so
     /// the tickets popped may run one ahead of those counted: that too is
@@ -208,7 +208,7 @@ impl BackGuard<'_> {
     /// The count that publishes it is a sequentially consistent store: a
     /// consumer that goes to sleep counts itself among the sleepers, makes
     /// a sequentially consistent fence and then looks at the lanes
-    /// ([`is_empty`](Self::is_empty)), while a producer looks at the
+    /// ([`is_empty`](Lane::is_empty)), while a producer looks at the
     /// sleepers after this store, so one of the two sees the other.
     pub(crate) fn push(mut self, ticket: u32) -> u64 {
         debug_assert_ne!(ticket, 0, "a ticket is never zero");

@@ -44,8 +44,8 @@ use crate::limiter::RateLimiter;
 use crate::metrics::{MetricsHook, Snapshot, Source};
 use crate::ordering::Ordering;
 use crate::prefetch::SharedLayout;
-use crate::rank;
 use crate::shard::{self, Marks, Shard};
+use crate::shown;
 use crate::state::{Counters, Effects, MAX_DELAY, Popped, Refused, State, When};
 use crate::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Acquire, Ordering::SeqCst};
 use crate::sync::{Arc, Mutex, MutexGuard, Notify};
@@ -190,7 +190,7 @@ impl<K, O: Ordering<K>> Shared<K, O> {
             marks: Marks::new(shards, promote_after.is_some()),
             mask: shards - 1,
             counters,
-            promote_after: promote_after.map(rank::nanos),
+            promote_after: promote_after.map(shown::nanos),
             waiters: Mutex::new(Waiters::default()),
             sleepers: AtomicUsize::new(0),
             shutting_down: AtomicBool::new(false),
@@ -357,9 +357,9 @@ impl<K: Key, O: Ordering<K>> Shared<K, O> {
     /// key. With several shards, that is [`pop_lanes`](Self::pop_lanes);
     /// with one, its ordering's next key, as follows.
     ///
-    /// The shard's lock taken is usually another consumer taking that
-    /// shard's key, and once it has, the marks name the next best; so a few
-    /// looks come before anything else. After them, with `wait` false the
+    /// The shard's lock taken is usually another consumer taking a key,
+    /// and once it has, the mark shows whether one is left; so a few looks
+    /// come before anything else. After them, with `wait` false the
     /// answer is [`Taken::Busy`] (an async consumer then yields its task
     /// rather than park its thread: the holder may be growing the shard,
     /// which takes a while); with `wait` true it waits for the lock.
@@ -367,7 +367,7 @@ impl<K: Key, O: Ordering<K>> Shared<K, O> {
         let promote = self
             .promote_after
             .zip(now)
-            .map(|(after, now)| (after, rank::nanos_since(self.epoch(), now)));
+            .map(|(after, now)| (after, shown::nanos_since(self.epoch(), now)));
         if let Some(lanes) = &self.lanes {
             return self.pop_lanes(lanes, promote, now);
         }
@@ -377,13 +377,14 @@ impl<K: Key, O: Ordering<K>> Shared<K, O> {
             let Some(pick) = shard::pick(&self.marks, promote) else {
                 return Taken::Empty;
             };
-            // The marks still show the key whose lock was taken: most often
-            // its holder is taking that key, and publishes the next before
-            // it unlocks. Looking at the lock again would only pull its
-            // line away from the holder, whose unlock must then take it
-            // back; once the looks run out it is tried all the same, since
-            // a holder that leaves the key first (a producer adding behind
-            // it, a lease end) publishes no change.
+            // The mark still shows what it showed when the lock was found
+            // taken: most often its holder is taking a key, and publishes
+            // what is left before it unlocks. Looking at the lock again
+            // would only pull its line away from the holder, whose unlock
+            // must then take it back; once the looks run out it is tried
+            // all the same, since a holder that leaves the mark as it was
+            // (a hand-out with keys left, a producer adding behind them, a
+            // lease end) publishes no change.
             if busy == Some(pick) && tries < TRIES {
                 tries += 1;
                 crate::sync::spin();
@@ -404,9 +405,8 @@ impl<K: Key, O: Ordering<K>> Shared<K, O> {
                 }
                 None => self.shards[i].state.lock(),
             };
-            // Another consumer took the key the marks showed: the shard's
-            // next one may not be the first any more.
-            if !pick.holds(&mut st) {
+            // Another consumer took what the marks showed: look again.
+            if !pick.holds(&st) {
                 continue;
             }
             let popped = st.pop(now).expect("a shard whose mark shows a key has one");
@@ -433,7 +433,7 @@ impl<K: Key, O: Ordering<K>> Shared<K, O> {
         {
             let i = pick.shard();
             let mut st = self.shards[i].state.lock();
-            if pick.holds(&mut st)
+            if pick.holds(&st)
                 && let Some(popped) = st.pop(now)
             {
                 return self.hand_out(i, st, popped);

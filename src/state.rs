@@ -72,7 +72,7 @@ use crate::lanes::{Lanes, Ticket};
 use crate::nodes::{KeyRef, Nodes};
 use crate::ordering::{Handle, Ordering, Queued};
 use crate::prefetch::{self, IndexLayout};
-use crate::rank::{self, Shown};
+use crate::shown::{self, Shown};
 use crate::slot::{NIL, Node, Place};
 use crate::sync::Arc;
 use crate::sync::atomic::{AtomicU32, AtomicU64, Ordering as AtomicOrdering};
@@ -381,9 +381,6 @@ pub(crate) struct State<K, O: Ordering<K>> {
     shutdown: bool,
     /// This state's place among its queue's shards.
     shard: u32,
-    /// The rank [`head_rank`](Self::head_rank) last found, while the key it
-    /// names is still the next: `None` once that may have changed.
-    head: Option<u64>,
     /// What the queue's marks show of this state, which only its lock's
     /// holder writes (see [`Marks::publish`](crate::shard::Marks::publish)).
     pub(crate) shown: Shown,
@@ -639,7 +636,6 @@ impl<K, O: Ordering<K>> State<K, O> {
             promote_after,
             shutdown: false,
             shard: 0,
-            head: None,
             shown: Shown::default(),
             lanes: None,
             lane_hint: 0,
@@ -775,9 +771,6 @@ impl<K, O: Ordering<K>> State<K, O> {
             );
         }
         self.ready_len += 1;
-        if self.head == Some(rank::EMPTY) {
-            self.head = None;
-        }
         if let Some(t) = &mut self.times {
             t.ready_at[slot as usize] = now.unwrap_or_else(Instant::now);
             if t.age_list {
@@ -870,7 +863,7 @@ impl<K, O: Ordering<K>> State<K, O> {
     /// before it (a queue moved from a paused clock that ran ahead to a
     /// real one), which can only make such a delay end later, never early.
     fn nanos(&self, t: Instant) -> u64 {
-        rank::nanos_since(self.counters.epoch, t)
+        shown::nanos_since(self.counters.epoch, t)
     }
 
     /// The instant a [`TimerEntry`]'s deadline counts from.
@@ -1119,7 +1112,6 @@ impl<K, O: Ordering<K>> State<K, O> {
             not_ready(slot);
         }
         self.ready_len -= 1;
-        self.head = None;
         if self.lanes.is_some() {
             let priority = self.nodes[slot as usize].priority;
             self.count_level(priority, false);
@@ -1353,26 +1345,10 @@ impl<K, O: Ordering<K>> State<K, O> {
         fx
     }
 
-    /// The rank (see [`crate::rank`]) of the key the ordering would hand
-    /// out next: [`rank::EMPTY`] if none is ready.
-    pub(crate) fn head_rank(&mut self) -> u64 {
-        if let Some(rank) = self.head {
-            return rank;
-        }
-        let rank = self.find_head_rank();
-        self.head = Some(rank);
-        rank
-    }
-
-    fn find_head_rank(&mut self) -> u64 {
-        // Asked only of a queue's one shard (with several, the lanes hold
-        // the order and the ranks stay empty): its rank is compared with
-        // none, and says only that a key is ready.
-        if self.ready_len == 0 {
-            rank::EMPTY
-        } else {
-            rank::rank(0, 0)
-        }
+    /// Whether a key is ready (a queue's one shard shows it in its mark;
+    /// see [`Marks::publish`](crate::shard::Marks::publish)).
+    pub(crate) fn has_ready(&self) -> bool {
+        self.ready_len > 0
     }
 
     /// When the oldest ready key became ready, in nanoseconds from the

@@ -33,8 +33,8 @@ use tokio_util::time::DelayQueue;
 
 use crate::error::AddError;
 use crate::ordering::Ordering;
-use crate::rank;
 use crate::shared::Shared;
+use crate::shown;
 use crate::state::{TimerEntry, timer_bit};
 use crate::sync::atomic::Ordering::Release;
 
@@ -231,7 +231,7 @@ impl Wheel {
 /// An empty `DelayQueue`, and its start as nanoseconds from `epoch`, read
 /// just before it is made (see [`Wheel`]).
 fn fresh_queue(epoch: Instant) -> (u64, DelayQueue<u64>) {
-    let start = rank::nanos_since(epoch, Instant::now());
+    let start = shown::nanos_since(epoch, Instant::now());
     (start, DelayQueue::new())
 }
 
@@ -427,7 +427,7 @@ mod tests {
                 for step in steps.iter().chain([&Step::Wait(10_000)]) {
                     match step {
                         Step::Set(delays) => {
-                            let now = rank::nanos_since(epoch, Instant::now());
+                            let now = shown::nanos_since(epoch, Instant::now());
                             for d in delays {
                                 let e = entry(seq, now + d * US + u64::from(seq % 7));
                                 seq += 1;
@@ -439,7 +439,7 @@ mod tests {
                             tokio::time::advance(Duration::from_micros(*us)).await;
                         }
                     }
-                    let now = rank::nanos_since(epoch, Instant::now());
+                    let now = shown::nanos_since(epoch, Instant::now());
                     // A `DelayQueue` hands out one of its milliseconds per
                     // turn of the runtime's timer: both get the turns to
                     // hand out all they have by now.
