@@ -235,11 +235,13 @@ pub(crate) fn pick(marks: &Marks, promote: Option<(u64, u64)>) -> Option<Pick> {
     marks.any_ready().then_some(Pick::Ready)
 }
 
-/// The shard whose oldest ready key is the oldest past the bound, if any:
-/// kept out of line, so that a queue without a bound does not run its
-/// prologue on every hand-out.
+/// The shard whose oldest ready key is the oldest past the bound (`after`,
+/// at the epoch-relative `now`), if any, as a [`Pick::Oldest`]: what a
+/// split queue asks before it looks at its lanes. Kept out of line, so
+/// that a queue without a bound does not run its prologue on every
+/// hand-out.
 #[inline(never)]
-fn oldest_past(marks: &Marks, (after, now): (u64, u64)) -> Option<Pick> {
+pub(crate) fn oldest_past(marks: &Marks, (after, now): (u64, u64)) -> Option<Pick> {
     let mut oldest: Option<(usize, u64, u32)> = None;
     for (i, m) in marks.rest.iter().enumerate() {
         let (at, seq) = (m.oldest.load(SeqCst), m.oldest_seq.load(SeqCst));

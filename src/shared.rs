@@ -428,11 +428,11 @@ impl<K: Key, O: Ordering<K>> Shared<K, O> {
         promote: Option<(u64, u64)>,
         now: Option<Instant>,
     ) -> Taken<K> {
-        if promote.is_some()
-            && let Some(pick @ shard::Pick::Oldest(..)) = shard::pick(&self.marks, promote)
+        if let Some(promote) = promote
+            && let Some(pick) = shard::oldest_past(&self.marks, promote)
         {
             let i = pick.shard();
-            let mut st = self.shards[i].state.lock();
+            let mut st = crate::sync::lock_briefly(&self.shards[i].state);
             if pick.holds(&st)
                 && let Some(popped) = st.pop(now)
             {
