@@ -363,7 +363,14 @@ impl<K: Key, O: Ordering<K>> Shared<K, O> {
     /// answer is [`Taken::Busy`] (an async consumer then yields its task
     /// rather than park its thread: the holder may be growing the shard,
     /// which takes a while); with `wait` true it waits for the lock.
-    pub(crate) fn pop(&self, now: Option<Instant>, wait: bool) -> Taken<K> {
+    ///
+    /// A queue that keeps times reads the clock once it has a key in sight
+    /// (a popped ticket, or a shard whose mark shows one), before it takes
+    /// that shard's lock: a look that finds nothing reads no clock, and no
+    /// lock is held across the read. Only the starvation bound reads it
+    /// first, to know which keys are past it.
+    pub(crate) fn pop(&self, wait: bool) -> Taken<K> {
+        let mut now = self.promote_after.is_some().then(Instant::now);
         let promote = self
             .promote_after
             .zip(now)
@@ -391,6 +398,9 @@ impl<K: Key, O: Ordering<K>> Shared<K, O> {
                 continue;
             }
             let i = pick.shard();
+            if self.track && now.is_none() {
+                now = Some(Instant::now());
+            }
             let mut st = match self.shards[i].state.try_lock() {
                 Some(st) => st,
                 None if tries < TRIES => {
@@ -439,10 +449,14 @@ impl<K: Key, O: Ordering<K>> Shared<K, O> {
                 return self.hand_out(i, st, popped);
             }
         }
+        let mut now = now;
         loop {
             let Some(ticket) = lanes.pop() else {
                 return Taken::Empty;
             };
+            if self.track && now.is_none() {
+                now = Some(Instant::now());
+            }
             let i = ticket.shard;
             let mut st = crate::sync::lock_briefly(&self.shards[i].state);
             // `None`: stale, its key was raised or taken out of turn.

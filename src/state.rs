@@ -363,6 +363,9 @@ pub(crate) struct Popped<K> {
     pub(crate) priority: i32,
     /// When it became ready, if times are tracked.
     pub(crate) ready_at: Option<Instant>,
+    /// When it was taken (the lease's start), if times are tracked: the
+    /// clock read of the hand-out, given back so that it is read once.
+    pub(crate) taken_at: Option<Instant>,
     /// The lease's number in the lease-time table, for [`State::finish`]
     /// (`NIL` when times are not tracked).
     pub(crate) lease: u32,
@@ -1161,13 +1164,16 @@ impl<K, O: Ordering<K>> State<K, O> {
             self.prefetch_head();
         }
         let mut ready_at = None;
+        let mut taken_at = None;
         let mut lease = NIL;
         if let Some(t) = &mut self.times {
             ready_at = Some(t.ready_at[slot as usize]);
             if t.age_list {
                 t.unlink(slot);
             }
-            lease = t.leases.start(now.unwrap_or_else(Instant::now));
+            let at = now.unwrap_or_else(Instant::now);
+            taken_at = Some(at);
+            lease = t.leases.start(at);
         }
         self.leased += 1;
         let (node, key) = self
@@ -1183,6 +1189,7 @@ impl<K, O: Ordering<K>> State<K, O> {
             key: KeyRef::new(key.expect("live node without a key")),
             priority: node.priority,
             ready_at,
+            taken_at,
             lease,
         }
     }

@@ -14,8 +14,6 @@
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
-use tokio::time::Instant;
-
 use crate::Key;
 use crate::item::WorkItem;
 use crate::ordering::Ordering;
@@ -30,20 +28,15 @@ impl<K: Key, O: Ordering<K>> Holder<K, O> {
     /// if need be (for a drain that hands back what is left).
     pub(crate) fn take_ready(self: &Arc<Self>) -> Option<WorkItem<K, O>> {
         let queue: &Shared<K, O> = self;
-        let now = queue.track.then(Instant::now);
-        match queue.pop(now, true) {
-            Taken::Key(i, popped) => Some(self.item(i, popped, now)),
+        match queue.pop(true) {
+            Taken::Key(i, popped) => Some(self.item(i, popped)),
             Taken::Empty | Taken::Busy => None,
         }
     }
 
     /// The lease on a key just handed out.
-    fn item(
-        self: &Arc<Self>,
-        shard: usize,
-        popped: Popped<K>,
-        now: Option<Instant>,
-    ) -> WorkItem<K, O> {
+    fn item(self: &Arc<Self>, shard: usize, popped: Popped<K>) -> WorkItem<K, O> {
+        let now = popped.taken_at;
         if let (Some(m), Some(now), Some(ready_at)) = (&self.metrics, now, popped.ready_at) {
             m.handed_out(now.saturating_duration_since(ready_at));
         }
@@ -108,12 +101,11 @@ impl<K: Key, O: Ordering<K>> Holder<K, O> {
                     }
                 }
             }
-            let now = queue.track.then(Instant::now);
-            match queue.pop(now, false) {
+            match queue.pop(false) {
                 Taken::Key(i, popped) => {
                     wait.permit = false;
                     coop.made_progress();
-                    return Poll::Ready(Some(self.item(i, popped, now)));
+                    return Poll::Ready(Some(self.item(i, popped)));
                 }
                 Taken::Busy => {
                     cx.waker().wake_by_ref();
