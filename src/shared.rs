@@ -398,8 +398,8 @@ impl<K: Key, O: Ordering<K>> Shared<K, O> {
                 continue;
             }
             let i = pick.shard();
-            if self.track && now.is_none() {
-                now = Some(Instant::now());
+            if self.track {
+                now.get_or_insert_with(Instant::now);
             }
             let mut st = match self.shards[i].state.try_lock() {
                 Some(st) => st,
@@ -454,8 +454,8 @@ impl<K: Key, O: Ordering<K>> Shared<K, O> {
             let Some(ticket) = lanes.pop() else {
                 return Taken::Empty;
             };
-            if self.track && now.is_none() {
-                now = Some(Instant::now());
+            if self.track {
+                now.get_or_insert_with(Instant::now);
             }
             let i = ticket.shard;
             let mut st = crate::sync::lock_briefly(&self.shards[i].state);
