@@ -436,7 +436,7 @@ impl<K: Key, O: Ordering<K>> Shared<K, O> {
         &self,
         lanes: &Lanes,
         promote: Option<(u64, u64)>,
-        now: Option<Instant>,
+        mut now: Option<Instant>,
     ) -> Taken<K> {
         if let Some(promote) = promote
             && let Some(pick) = shard::oldest_past(&self.marks, promote)
@@ -449,7 +449,6 @@ impl<K: Key, O: Ordering<K>> Shared<K, O> {
                 return self.hand_out(i, st, popped);
             }
         }
-        let mut now = now;
         loop {
             let Some(ticket) = lanes.pop() else {
                 return Taken::Empty;
