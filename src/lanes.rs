@@ -21,8 +21,9 @@
 //! no other consumer can take from the lane, so the ticket popped is the
 //! first of the highest priority that had one at the look.
 //!
-//! Lanes are made as priorities come, in chunks that never move, and are
-//! never freed before the queue; once [`KEEP_LANES`] exist, a new priority
+//! Lanes are made as priorities come, in segments that never move (see
+//! [`crate::segmented`]), and are never freed before the queue; once
+//! [`KEEP_LANES`] exist, a new priority
 //! takes over an empty one instead (with both of its locks held, so no
 //! ticket is pushed or popped meanwhile). A queue therefore holds as many
 //! lanes as the most priorities it held ready keys of at once, or
@@ -30,17 +31,16 @@
 //! consumer's choice, look at every lane: cheap for the few priorities
 //! controllers use, linear in their number beyond.
 
-use std::sync::OnceLock;
-
 use crate::lane::Lane;
+use crate::segmented::Segmented;
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicU32, AtomicUsize, Ordering::*};
 
 /// Lanes kept however many are empty (see the [module docs](self)).
 pub(crate) const KEEP_LANES: usize = 16;
 
-/// Chunk `c` holds `4 << c` lanes.
-const CHUNKS: usize = 26;
+/// Segments of lanes: room for 4 * (2^26 - 1), more than a queue meets.
+const SEGMENTS: usize = 26;
 
 /// A lane and the priority of its tickets.
 struct Level {
@@ -64,11 +64,15 @@ pub(crate) struct Ticket {
     pub(crate) slot: u32,
     pub(crate) priority: i32,
     pub(crate) position: u32,
+    /// The shard and slot of a key a few tickets behind it in its lane,
+    /// whose node to prefetch (see
+    /// [`FrontGuard::pop`](crate::lane::FrontGuard::pop)).
+    pub(crate) behind: Option<(usize, u32)>,
 }
 
 /// A split queue's lanes (see the [module docs](self)).
 pub(crate) struct Lanes {
-    chunks: [OnceLock<Box<[Level]>>; CHUNKS],
+    levels: Segmented<Level, SEGMENTS>,
     /// Lanes made so far: `0..made`.
     made: AtomicUsize,
     /// Held to make a lane or give one another priority.
@@ -77,20 +81,12 @@ pub(crate) struct Lanes {
     shard_bits: u32,
 }
 
-/// Where lane `i` is: its chunk and the place in it.
-fn locate(i: usize) -> (usize, usize) {
-    // Chunk c starts at 4 * (2^c - 1).
-    let j = i / 4 + 1;
-    let c = (usize::BITS - 1 - j.leading_zeros()) as usize;
-    (c, i - 4 * ((1 << c) - 1))
-}
-
 impl Lanes {
     /// Lanes for a queue of `shards` shards (a power of two).
     pub(crate) fn new(shards: usize) -> Self {
         debug_assert!(shards.is_power_of_two());
         let lanes = Lanes {
-            chunks: std::array::from_fn(|_| OnceLock::new()),
+            levels: Segmented::new(),
             made: AtomicUsize::new(0),
             assign: Mutex::new(()),
             shard_bits: shards.trailing_zeros(),
@@ -107,8 +103,7 @@ impl Lanes {
     }
 
     fn level(&self, i: usize) -> &Level {
-        let (c, at) = locate(i);
-        &self.chunks[c].get().expect("a lane made")[at]
+        self.levels.get(i).expect("a lane made")
     }
 
     fn levels(&self) -> impl Iterator<Item = &Level> + '_ {
@@ -173,16 +168,11 @@ impl Lanes {
                 }
             }
         }
-        let (c, at) = locate(made);
-        let chunk = self.chunks[c].get_or_init(|| {
-            (0..4usize << c)
-                .map(|_| Level {
-                    priority: AtomicU32::new(0),
-                    lane: Lane::new(),
-                })
-                .collect()
+        let level = self.levels.get_or_make(made, || Level {
+            priority: AtomicU32::new(0),
+            lane: Lane::new(),
         });
-        chunk[at].priority.store(priority as u32, Release);
+        level.priority.store(priority as u32, Release);
         self.made.store(made + 1, Release);
         made
     }
@@ -231,18 +221,25 @@ impl Lanes {
                 {
                     continue 'look;
                 }
-                front.pop();
-                let t = ticket - 1;
-                let mask = (1u32 << self.shard_bits) - 1;
+                let behind = front.pop();
+                let (shard, slot) = self.decode(ticket);
                 return Some(Ticket {
-                    shard: (t & mask) as usize,
-                    slot: t >> self.shard_bits,
+                    shard,
+                    slot,
                     priority,
                     position: position as u32,
+                    behind: (behind != 0).then(|| self.decode(behind)),
                 });
             }
             return None;
         }
+    }
+
+    /// The shard and slot a ticket names.
+    fn decode(&self, ticket: u32) -> (usize, u32) {
+        let t = ticket - 1;
+        let mask = (1u32 << self.shard_bits) - 1;
+        ((t & mask) as usize, t >> self.shard_bits)
     }
 
     /// Whether no lane holds a ticket (stale ones count: a consumer that
@@ -257,19 +254,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn lanes_are_located_in_doubling_chunks() {
-        let mut seen = std::collections::HashSet::new();
-        for i in 0..1000 {
-            let (c, at) = locate(i);
-            assert!(at < 4 << c, "lane {i}: chunk {c} place {at}");
-            assert!(seen.insert((c, at)));
-        }
-        assert_eq!(locate(0), (0, 0));
-        assert_eq!(locate(4), (1, 0));
-        assert_eq!(locate(12), (2, 0));
-    }
-
-    #[test]
     fn highest_priority_first_fifo_within_one() {
         let lanes = Lanes::new(8);
         let mut hint = 0;
@@ -281,6 +265,23 @@ mod tests {
             .collect();
         assert_eq!(order, [(10, 1), (10, 3), (0, 0), (0, 4), (-5, 2)]);
         assert!(lanes.is_empty());
+    }
+
+    #[test]
+    fn a_ticket_names_the_key_four_behind_it() {
+        let lanes = Lanes::new(8);
+        let mut hint = 0;
+        for i in 0..10u32 {
+            lanes.push(0, (i % 8) as usize, 100 + i, &mut hint);
+        }
+        let got: Vec<Option<(usize, u32)>> = std::iter::from_fn(|| lanes.pop())
+            .map(|t| t.behind)
+            .collect();
+        // The last four have none behind them.
+        let expected: Vec<Option<(usize, u32)>> = (0..10u32)
+            .map(|i| (i + 4 < 10).then(|| (((i + 4) % 8) as usize, 104 + i)))
+            .collect();
+        assert_eq!(got, expected);
     }
 
     #[test]

@@ -204,6 +204,7 @@ pub mod ordering;
 pub mod partition;
 mod prefetch;
 mod queue;
+mod segmented;
 mod shard;
 mod shared;
 mod shown;

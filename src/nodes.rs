@@ -154,11 +154,43 @@ impl<K, T> Nodes<K, T> {
     /// an AMD EPYC VM.
     #[inline]
     pub(crate) fn prefetch(&self, i: usize) {
-        if let Some(s) = self.slot(i) {
-            let at = std::ptr::from_ref(s.0).addr();
-            crate::prefetch::prefetch(at);
-            crate::prefetch::prefetch(at + size_of::<Slot<K, T>>() - 1);
+        if let Some(at) = self.address(i) {
+            Self::prefetch_at(at);
         }
+    }
+
+    /// Where slot `i` is, as a number: a hint for a thread that does not
+    /// hold the shard's lock to [`prefetch_at`](Self::prefetch_at), which
+    /// is all it may do with it. Slots never move, so it stays right for
+    /// as long as the shard lives, and a prefetch of a stale one is
+    /// harmless all the same.
+    #[inline]
+    pub(crate) fn address(&self, i: usize) -> Option<usize> {
+        self.slot(i).map(|s| std::ptr::from_ref(s.0).addr())
+    }
+
+    /// Which chunk slot `i` lies in, and how many bytes into it: with the
+    /// chunk's address (see [`last_chunk`](Self::last_chunk)), where the
+    /// slot is, found without `self`.
+    #[inline]
+    pub(crate) fn place(i: usize) -> (usize, usize) {
+        let (c, at) = Self::locate(i);
+        (c, at * size_of::<Slot<K, T>>())
+    }
+
+    /// The newest chunk: its number and its address.
+    pub(crate) fn last_chunk(&self) -> Option<(usize, usize)> {
+        let last = self.chunks.last()?;
+        Some((self.chunks.len() - 1, last.as_ptr().addr()))
+    }
+
+    /// Hints that the slot at `at` (an [`address`](Self::address)) is
+    /// needed soon: both cache lines it may lie across. Any number is
+    /// fine: a prefetch never faults, and nothing is read through it.
+    #[inline]
+    pub(crate) fn prefetch_at(at: usize) {
+        crate::prefetch::prefetch(at);
+        crate::prefetch::prefetch(at.wrapping_add(size_of::<Slot<K, T>>() - 1));
     }
 
     #[inline]
@@ -359,6 +391,34 @@ mod tests {
         // there: the room left is less than one such chunk.
         assert_eq!(Nodes::<String, usize>::LAST_BITS, 10);
         assert!(nodes.capacity() < 10_000 + 1024, "{}", nodes.capacity());
+    }
+
+    #[test]
+    fn an_address_is_where_its_slot_is_and_stays() {
+        let mut nodes = Nodes::default();
+        let mut at = Vec::new();
+        for i in 0..3000usize {
+            nodes.push(i.to_string(), i);
+            at.push(nodes.address(i).unwrap());
+        }
+        for (i, &a) in at.iter().enumerate() {
+            let slot = std::ptr::from_ref(nodes.slot(i).unwrap().0).addr();
+            assert_eq!(a, slot, "slot {i}");
+            // The node and the key lie within the slot the address starts.
+            let node = std::ptr::from_ref(&nodes[i]).addr();
+            let key = std::ptr::from_ref(nodes.key(i).unwrap()).addr();
+            let size = size_of::<Slot<String, usize>>();
+            assert!((a..a + size).contains(&node) && (a..a + size).contains(&key));
+        }
+        assert_eq!(nodes.address(3000), None);
+        // The newest chunk's address and a slot's place in it find it too.
+        let (last, base) = nodes.last_chunk().unwrap();
+        let (c, offset) = Nodes::<String, usize>::place(2999);
+        assert_eq!((c, base + offset), (last, at[2999]));
+        // Any number may be prefetched, a slot's or not.
+        Nodes::<String, usize>::prefetch_at(at[5]);
+        Nodes::<String, usize>::prefetch_at(0);
+        Nodes::<String, usize>::prefetch_at(usize::MAX);
     }
 
     #[test]

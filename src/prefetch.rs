@@ -1,5 +1,6 @@
-//! Prefetch hints for the key index, so its cache misses overlap with work
-//! done outside the queue's lock instead of lengthening the time it is held.
+//! Prefetch hints for the key index and the nodes, so their cache misses
+//! overlap with work done outside the queue's lock instead of lengthening
+//! the time it is held.
 //!
 //! On a queue of a million keys the index (`hashbrown::HashTable<u32>`) is
 //! several megabytes, and each lookup or removal misses the cache twice:
@@ -9,7 +10,11 @@
 //! control bytes are ([`IndexLayout`], refreshed after every insert, the
 //! only operation that can move the table) and asks the CPU to fetch a key's
 //! group early: when a key is handed out, for the removal at its lease end,
-//! and before an add takes the lock, for the add's own lookup.
+//! and before an add takes the lock, for the add's own lookup. Likewise
+//! each shard publishes where its node chunks are, which never move, so
+//! that a consumer of a split queue can fetch the node of a key a few
+//! tickets behind its own before the hand-out that reads it (see
+//! [`FrontGuard::pop`](crate::lane::FrontGuard::pop)).
 //!
 //! The address is computed from hashbrown's memory layout (slots stored
 //! downwards from the control bytes), which hashbrown does not promise to
@@ -18,6 +23,8 @@
 //! never a fault or a wrong answer; nothing is ever read through it.
 
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+use crate::segmented::Segmented;
 
 /// Where the index's control bytes start, and its bucket mask.
 #[derive(Debug, Clone, Copy, Default)]
@@ -70,8 +77,12 @@ pub(crate) fn prefetch(addr: usize) {
 }
 
 /// The last [`IndexLayout`] seen under the lock, readable without it, so a
-/// producer can prefetch before it takes the lock. Torn or stale reads are
-/// harmless for the same reason as above.
+/// producer can prefetch before it takes the lock, and where the shard's
+/// node chunks are, so a consumer can prefetch the node of a key it will
+/// soon take (see [`FrontGuard::pop`](crate::lane::FrontGuard::pop)).
+/// Torn or stale reads are harmless for the same reason as above: a shard
+/// that gives its room back makes new chunks, elsewhere, and until each is
+/// published a hint names the old one.
 ///
 /// It sits on cache lines of its own. Beside its shard's lock, the read
 /// before an add fetched the lock's line shared, and the lock then had to
@@ -84,7 +95,14 @@ pub(crate) fn prefetch(addr: usize) {
 pub(crate) struct SharedLayout {
     ctrl: AtomicUsize,
     mask: AtomicUsize,
+    /// Each node chunk's address (0: not known). `std`'s atomics even
+    /// under loom: nothing is read through them, so nothing needs a model.
+    chunks: Segmented<AtomicUsize, CHUNK_SEGMENTS>,
 }
+
+/// Room for 4 * (2^27 - 1) chunks: past the 2^32 slots a shard can number,
+/// at 16 slots a chunk (the fewest one holds).
+const CHUNK_SEGMENTS: usize = 27;
 
 impl SharedLayout {
     pub(crate) fn load(&self) -> IndexLayout {
@@ -92,6 +110,25 @@ impl SharedLayout {
             ctrl: self.ctrl.load(Relaxed),
             mask: self.mask.load(Relaxed),
         }
+    }
+
+    /// Publishes that node chunk `c` is at `at`; writes only when that
+    /// changed, as [`publish`](Self::publish) does. Every add calls it with
+    /// the shard's newest chunk, and an add makes at most one chunk, so
+    /// every chunk is published by the add that made it.
+    #[inline]
+    pub(crate) fn publish_chunk(&self, c: usize, at: usize) {
+        let entry = self.chunks.get_or_make(c, || AtomicUsize::new(0));
+        if entry.load(Relaxed) != at {
+            entry.store(at, Relaxed);
+        }
+    }
+
+    /// Where node chunk `c` is, if published.
+    #[inline]
+    pub(crate) fn chunk(&self, c: usize) -> Option<usize> {
+        let at = self.chunks.get(c)?.load(Relaxed);
+        (at != 0).then_some(at)
     }
 
     /// Publishes `layout`; writes only when it changed (the table moved), so
@@ -141,5 +178,10 @@ mod tests {
         shared.publish(layout);
         let read = shared.load();
         assert_eq!((read.ctrl, read.mask), (0x1010, 15));
+        assert_eq!(shared.chunk(3), None);
+        shared.publish_chunk(3, 0x4000);
+        assert_eq!((shared.chunk(3), shared.chunk(2)), (Some(0x4000), None));
+        shared.publish_chunk(3, 0x8000);
+        assert_eq!(shared.chunk(3), Some(0x8000));
     }
 }

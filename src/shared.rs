@@ -343,6 +343,9 @@ impl<K: Key, O: Ordering<K>> Shared<K, O> {
             .add(key, h, priority, when, now.filter(|_| self.track), &mut fx)
             .map_err(refused)?;
         shard.layout.publish(st.layout());
+        if let Some((c, at)) = st.last_chunk() {
+            shard.layout.publish_chunk(c, at);
+        }
         self.release(i, st, &mut fx);
         // A key that merged into one the queue holds is freed here, not
         // under the lock, where it would lengthen every other thread's wait.
@@ -453,6 +456,10 @@ impl<K: Key, O: Ordering<K>> Shared<K, O> {
             let Some(ticket) = lanes.pop() else {
                 return Taken::Empty;
             };
+            // The node of a key a few hand-outs ahead, fetched meanwhile.
+            if let Some((shard, slot)) = ticket.behind {
+                State::<K, O>::prefetch_node(&self.shards[shard].layout, slot);
+            }
             if self.track {
                 now.get_or_insert_with(Instant::now);
             }

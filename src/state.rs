@@ -71,7 +71,7 @@ use hashbrown::hash_table::Entry;
 use crate::lanes::{Lanes, Ticket};
 use crate::nodes::{KeyRef, Nodes};
 use crate::ordering::{Handle, Ordering, Queued};
-use crate::prefetch::{self, IndexLayout};
+use crate::prefetch::{self, IndexLayout, SharedLayout};
 use crate::shown::{self, Shown};
 use crate::slot::{NIL, Node, Place};
 use crate::sync::Arc;
@@ -1206,6 +1206,22 @@ impl<K, O: Ordering<K>> State<K, O> {
         {
             *kept = position;
         }
+    }
+
+    /// Hints that the node of `slot` is needed soon, from where `layout`
+    /// says its chunk is: without the shard's lock, since nothing is read
+    /// through the address (see [`Nodes::prefetch_at`]).
+    #[inline]
+    pub(crate) fn prefetch_node(layout: &SharedLayout, slot: u32) {
+        let (c, offset) = Nodes::<K, Node<O::Entry>>::place(slot as usize);
+        if let Some(at) = layout.chunk(c) {
+            Nodes::<K, Node<O::Entry>>::prefetch_at(at.wrapping_add(offset));
+        }
+    }
+
+    /// The newest node chunk, for [`SharedLayout::publish_chunk`].
+    pub(crate) fn last_chunk(&self) -> Option<(usize, usize)> {
+        self.nodes.last_chunk()
     }
 
     /// The ordering answered no key while keys are ready.
