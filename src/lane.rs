@@ -22,6 +22,10 @@
 //! allocation but a new block's (and a block emptied at the front is kept
 //! for the back's next, so a steady lane allocates nothing).
 //!
+//! A consumer that pops a ticket also reads, as a hint, the ticket a few
+//! places behind it, if written, and fetches that key's node early
+//! ([`FrontGuard::pop`]); on a short lane that ticket is not there yet.
+//!
 //! Every ticket ever pushed has a position (0, 1, 2...): a shard keeps the
 //! position of its key's live ticket, so that one popped out of turn (a
 //! key raised to another lane, or taken by the starvation bound, has left
@@ -56,7 +60,8 @@ const AHEAD: usize = 4;
 
 struct Block {
     /// Tickets, zero until written (by the back's lock holder, with a
-    /// release store; the front's reads them with acquire loads).
+    /// release store; the front's reads them with acquire loads, and the
+    /// one [`AHEAD`] behind the front with a relaxed load, as a hint).
     slots: [AtomicU32; BLOCK],
     /// The next block, set (release) when the back first needs it.
     next: AtomicPtr<Block>,

@@ -162,8 +162,8 @@ impl<K, T> Nodes<K, T> {
     /// Where slot `i` is, as a number: a hint for a thread that does not
     /// hold the shard's lock to [`prefetch_at`](Self::prefetch_at), which
     /// is all it may do with it. Slots never move, so it stays right for
-    /// as long as the shard lives, and a prefetch of a stale one is
-    /// harmless all the same.
+    /// as long as these nodes live (a shard that gives its room back makes
+    /// new ones), and a prefetch of a stale one is harmless all the same.
     #[inline]
     pub(crate) fn address(&self, i: usize) -> Option<usize> {
         self.slot(i).map(|s| std::ptr::from_ref(s.0).addr())
@@ -400,6 +400,11 @@ mod tests {
         for i in 0..3000usize {
             nodes.push(i.to_string(), i);
             at.push(nodes.address(i).unwrap());
+            // The newest chunk's address and the slot's place in it find
+            // it too, in the doubling chunks and the full-sized ones.
+            let (last, base) = nodes.last_chunk().unwrap();
+            let (c, offset) = Nodes::<String, usize>::place(i);
+            assert_eq!((c, base + offset), (last, at[i]), "slot {i}");
         }
         for (i, &a) in at.iter().enumerate() {
             let slot = std::ptr::from_ref(nodes.slot(i).unwrap().0).addr();
@@ -411,10 +416,6 @@ mod tests {
             assert!((a..a + size).contains(&node) && (a..a + size).contains(&key));
         }
         assert_eq!(nodes.address(3000), None);
-        // The newest chunk's address and a slot's place in it find it too.
-        let (last, base) = nodes.last_chunk().unwrap();
-        let (c, offset) = Nodes::<String, usize>::place(2999);
-        assert_eq!((c, base + offset), (last, at[2999]));
         // Any number may be prefetched, a slot's or not.
         Nodes::<String, usize>::prefetch_at(at[5]);
         Nodes::<String, usize>::prefetch_at(0);

@@ -115,7 +115,8 @@ impl SharedLayout {
     /// Publishes that node chunk `c` is at `at`; writes only when that
     /// changed, as [`publish`](Self::publish) does. Every add calls it with
     /// the shard's newest chunk, and an add makes at most one chunk, so
-    /// every chunk is published by the add that made it.
+    /// every chunk is published by the add that made it (or, should that add
+    /// panic under the lock, by the next one).
     #[inline]
     pub(crate) fn publish_chunk(&self, c: usize, at: usize) {
         let entry = self.chunks.get_or_make(c, || AtomicUsize::new(0));

@@ -343,7 +343,9 @@ impl<K: Key, O: Ordering<K>> Shared<K, O> {
             .add(key, h, priority, when, now.filter(|_| self.track), &mut fx)
             .map_err(refused)?;
         shard.layout.publish(st.layout());
-        if let Some((c, at)) = st.last_chunk() {
+        if st.has_lanes()
+            && let Some((c, at)) = st.last_chunk()
+        {
             shard.layout.publish_chunk(c, at);
         }
         self.release(i, st, &mut fx);
