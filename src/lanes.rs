@@ -23,13 +23,13 @@
 //!
 //! Lanes are made as priorities come, in segments that never move (see
 //! [`crate::segmented`]), and are never freed before the queue; once
-//! [`KEEP_LANES`] exist, a new priority
-//! takes over an empty one instead (with both of its locks held, so no
-//! ticket is pushed or popped meanwhile). A queue therefore holds as many
-//! lanes as the most priorities it held ready keys of at once, or
-//! [`KEEP_LANES`], whichever is more. Finding a priority's lane, and a
-//! consumer's choice, look at every lane: cheap for the few priorities
-//! controllers use, linear in their number beyond.
+//! [`KEEP_LANES`] exist, a new priority takes over an empty one instead
+//! (with both of its locks held, so no ticket is pushed or popped
+//! meanwhile). A queue therefore holds as many lanes as the most
+//! priorities it held ready keys of at once, or [`KEEP_LANES`], whichever
+//! is more. Finding a priority's lane, and a consumer's choice, look at
+//! every lane: cheap for the few priorities controllers use, linear in
+//! their number beyond.
 
 use crate::lane::Lane;
 use crate::segmented::Segmented;

@@ -40,6 +40,8 @@ const CHUNK_BYTES: usize = 32 << 10;
 pub(crate) struct Nodes<K, T> {
     chunks: Vec<Vec<Slot<K, T>>>,
     len: usize,
+    /// Chunks given out by [`new_chunk`](Self::new_chunk) so far.
+    reported: usize,
 }
 
 // SAFETY: a key is written only through `replace_key`, which takes
@@ -61,6 +63,7 @@ impl<K, T> Default for Nodes<K, T> {
         Nodes {
             chunks: Vec::new(),
             len: 0,
+            reported: 0,
         }
     }
 }
@@ -170,7 +173,7 @@ impl<K, T> Nodes<K, T> {
     }
 
     /// Which chunk slot `i` lies in, and how many bytes into it: with the
-    /// chunk's address (see [`last_chunk`](Self::last_chunk)), where the
+    /// chunk's address (see [`new_chunk`](Self::new_chunk)), where the
     /// slot is, found without `self`.
     #[inline]
     pub(crate) fn place(i: usize) -> (usize, usize) {
@@ -179,9 +182,21 @@ impl<K, T> Nodes<K, T> {
     }
 
     /// The newest chunk: its number and its address.
+    #[cfg(test)]
     pub(crate) fn last_chunk(&self) -> Option<(usize, usize)> {
         let last = self.chunks.last()?;
         Some((self.chunks.len() - 1, last.as_ptr().addr()))
+    }
+
+    /// The first chunk not given out before, with its address: a chunk
+    /// made since the last call, oldest first. So a caller that asks after
+    /// every push learns of each chunk once, and one that missed a call
+    /// catches up one chunk a call; a new `Nodes` starts from its chunk 0.
+    #[inline]
+    pub(crate) fn new_chunk(&mut self) -> Option<(usize, usize)> {
+        let chunk = self.chunks.get(self.reported)?;
+        self.reported += 1;
+        Some((self.reported - 1, chunk.as_ptr().addr()))
     }
 
     /// Hints that the slot at `at` (an [`address`](Self::address)) is
@@ -405,6 +420,9 @@ mod tests {
             let (last, base) = nodes.last_chunk().unwrap();
             let (c, offset) = Nodes::<String, usize>::place(i);
             assert_eq!((c, base + offset), (last, at[i]), "slot {i}");
+            // A slot that begins a chunk is the one push that made it.
+            let new = nodes.new_chunk();
+            assert_eq!(new, (offset == 0).then_some((last, base)), "slot {i}");
         }
         for (i, &a) in at.iter().enumerate() {
             let slot = std::ptr::from_ref(nodes.slot(i).unwrap().0).addr();

@@ -112,17 +112,15 @@ impl SharedLayout {
         }
     }
 
-    /// Publishes that node chunk `c` is at `at`; writes only when that
-    /// changed, as [`publish`](Self::publish) does. Every add calls it with
-    /// the shard's newest chunk, and an add makes at most one chunk, so
-    /// every chunk is published by the add that made it (or, should that add
-    /// panic under the lock, by the next one).
-    #[inline]
+    /// Publishes that node chunk `c` is at `at`. An add of a split queue
+    /// calls it with the chunk it made, if any (the state hands out each
+    /// new chunk once, see [`Nodes::new_chunk`](crate::nodes::Nodes::new_chunk)),
+    /// so an add that made none touches nothing here, and a line that
+    /// consumers read is written once per chunk.
     pub(crate) fn publish_chunk(&self, c: usize, at: usize) {
-        let entry = self.chunks.get_or_make(c, || AtomicUsize::new(0));
-        if entry.load(Relaxed) != at {
-            entry.store(at, Relaxed);
-        }
+        self.chunks
+            .get_or_make(c, || AtomicUsize::new(0))
+            .store(at, Relaxed);
     }
 
     /// Where node chunk `c` is, if published.

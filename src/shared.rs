@@ -344,7 +344,7 @@ impl<K: Key, O: Ordering<K>> Shared<K, O> {
             .map_err(refused)?;
         shard.layout.publish(st.layout());
         if st.has_lanes()
-            && let Some((c, at)) = st.last_chunk()
+            && let Some((c, at)) = st.new_chunk()
         {
             shard.layout.publish_chunk(c, at);
         }

@@ -1219,9 +1219,11 @@ impl<K, O: Ordering<K>> State<K, O> {
         }
     }
 
-    /// The newest node chunk, for [`SharedLayout::publish_chunk`].
-    pub(crate) fn last_chunk(&self) -> Option<(usize, usize)> {
-        self.nodes.last_chunk()
+    /// A node chunk made since the last call, for
+    /// [`SharedLayout::publish_chunk`] (see [`Nodes::new_chunk`]).
+    #[inline]
+    pub(crate) fn new_chunk(&mut self) -> Option<(usize, usize)> {
+        self.nodes.new_chunk()
     }
 
     /// The ordering answered no key while keys are ready.
