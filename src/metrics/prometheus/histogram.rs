@@ -7,9 +7,9 @@
 //! atomic counter, and the counters are kept in shards, each on cache lines
 //! of its own: a thread observes into the shard its thread number picks, so
 //! two workers observing at once do not pull one line back and forth. An
-//! observation is a search of the (few) bounds, done on whole nanoseconds,
-//! and two relaxed atomic adds to its shard, one of them a compare-and-swap
-//! loop for the sum.
+//! observation is a count of the (few) bounds below it, done on whole
+//! nanoseconds, and two relaxed atomic adds to its shard, one of them a
+//! compare-and-swap loop for the sum.
 //!
 //! A scrape adds the shards up while workers go on observing, so it may see
 //! an observation in its bucket but not yet in the sum, or the reverse; the
@@ -110,10 +110,20 @@ impl AtomicHistogram {
         let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         let base = (thread_number() & self.mask) * self.stride;
         // The first bucket whose bound is >= the observation (Prometheus'
-        // `le`).
-        let i = self.limits.partition_point(|&limit| limit <= ns);
+        // `le`): past every limit at or below `ns`, the limits being sorted.
+        // Counted, not searched: a binary search is a chain of dependent
+        // loads, and counting a dozen limits is a few vector compares (on
+        // W1 with metrics, this and the sum below took 3.7-4.1 % more items
+        // per second).
+        let i: usize = self.limits.iter().map(|&l| usize::from(l <= ns)).sum();
         self.word(base + i).fetch_add(1, Relaxed);
-        let v = d.as_secs_f64();
+        // One conversion and a multiply; `as_secs_f64` divides. A saturated
+        // `ns` takes the exact route, to keep absurd durations absurd.
+        let v = if ns < u64::MAX {
+            ns as f64 * 1e-9
+        } else {
+            d.as_secs_f64()
+        };
         let sum = self.word(base + self.sum_offset());
         let mut old = sum.load(Relaxed);
         loop {
@@ -244,6 +254,44 @@ mod tests {
                     assert_eq!(ns < ns_limit(b), by_seconds, "{ns} ns against {b} s");
                 }
             }
+        }
+    }
+
+    proptest::proptest! {
+        /// Against a model that compares seconds: every observation is
+        /// counted once, in the first bucket whose bound is at or above it,
+        /// and the sum is the sum of the observations.
+        #[test]
+        fn observations_land_where_comparing_seconds_puts_them(
+            // Multiples of 1/1024 s: exact in seconds and in nanoseconds,
+            // so the model's comparison has no rounding of its own.
+            ks in proptest::collection::vec(0u32..20_480, 0..14),
+            mut ns in proptest::collection::vec(0u64..25_000_000_000, 1..40),
+            // Observations on a bound, and a nanosecond either side of it.
+            near in proptest::collection::vec((0usize..14, -1i64..=1), 0..20),
+        ) {
+            let mut bounds: Vec<f64> = ks.iter().map(|&k| f64::from(k) / 1024.0).collect();
+            bounds.sort_by(f64::total_cmp);
+            for (i, delta) in near {
+                if let Some(&b) = bounds.get(i) {
+                    ns.push(((b * 1e9) as u64).saturating_add_signed(delta));
+                }
+            }
+            let h = AtomicHistogram::new(&bounds);
+            let mut want = vec![0u64; bounds.len() + 1];
+            let mut want_sum = 0.0;
+            for &n in &ns {
+                let d = Duration::from_nanos(n);
+                h.observe(d);
+                let secs = d.as_secs_f64();
+                want[bounds.iter().position(|&b| secs <= b).unwrap_or(bounds.len())] += 1;
+                want_sum += secs;
+            }
+            let (buckets, count, sum) = h.read();
+            let got: Vec<u64> = buckets.iter().map(|&(_, c)| c).collect();
+            proptest::prop_assert_eq!(got, want);
+            proptest::prop_assert_eq!(count, ns.len() as u64);
+            proptest::prop_assert!((sum - want_sum).abs() <= 1e-9 * want_sum.max(1.0));
         }
     }
 
