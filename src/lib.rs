@@ -172,7 +172,7 @@
 //!
 //! # Cost
 //! An undelayed queue runs no background task. Its keys are split by hash
-//! across shards (8 by default, see [`Builder::shards`]), and each add,
+//! across shards (64 by default, see [`Builder::shards`]), and each add,
 //! hand-out and lease end takes the lock of one shard once, briefly, so
 //! threads rarely wait for one another; the queue still hands out one order
 //! (highest priority first, FIFO within a priority). Each key that becomes

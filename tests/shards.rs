@@ -144,7 +144,7 @@ async fn delayed_keys_in_many_shards_come_out_by_deadline_then_in_the_order_set(
 #[test]
 fn a_queue_has_the_shards_asked_for_rounded_up_to_a_power_of_two_and_at_most_64() {
     let shards = |n| WorkQueue::<u32>::builder().shards(n).build().shards();
-    assert_eq!(WorkQueue::<u32>::new().shards(), 8);
+    assert_eq!(WorkQueue::<u32>::new().shards(), 64);
     assert_eq!(shards(0), 1);
     assert_eq!(shards(1), 1);
     assert_eq!(shards(3), 4);
