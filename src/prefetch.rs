@@ -95,6 +95,11 @@ pub(crate) fn prefetch(addr: usize) {
 pub(crate) struct SharedLayout {
     ctrl: AtomicUsize,
     mask: AtomicUsize,
+    /// Where the shard's ready times start (0: it keeps none), so that a
+    /// hand-out's read of its key's ready time is fetched with its node.
+    /// The times are one array that moves as it grows: a hint names the
+    /// old one until the next add publishes the new one.
+    times: AtomicUsize,
     /// Each node chunk's address (0: not known). `std`'s atomics even
     /// under loom: nothing is read through them, so nothing needs a model.
     chunks: Segmented<AtomicUsize, CHUNK_SEGMENTS>,
@@ -121,6 +126,22 @@ impl SharedLayout {
         self.chunks
             .get_or_make(c, || AtomicUsize::new(0))
             .store(at, Relaxed);
+    }
+
+    /// Publishes that the shard's ready times start at `at` (0: none);
+    /// writes only when they moved.
+    #[inline]
+    pub(crate) fn publish_times(&self, at: usize) {
+        if self.times.load(Relaxed) != at {
+            self.times.store(at, Relaxed);
+        }
+    }
+
+    /// Where the shard's ready times start, if it keeps any.
+    #[inline]
+    pub(crate) fn times(&self) -> Option<usize> {
+        let at = self.times.load(Relaxed);
+        (at != 0).then_some(at)
     }
 
     /// Where node chunk `c` is, if published.
@@ -182,5 +203,10 @@ mod tests {
         assert_eq!((shared.chunk(3), shared.chunk(2)), (Some(0x4000), None));
         shared.publish_chunk(3, 0x8000);
         assert_eq!(shared.chunk(3), Some(0x8000));
+        assert_eq!(shared.times(), None);
+        shared.publish_times(0x9000);
+        assert_eq!(shared.times(), Some(0x9000));
+        shared.publish_times(0);
+        assert_eq!(shared.times(), None);
     }
 }

@@ -343,10 +343,11 @@ impl<K: Key, O: Ordering<K>> Shared<K, O> {
             .add(key, h, priority, when, now.filter(|_| self.track), &mut fx)
             .map_err(refused)?;
         shard.layout.publish(st.layout());
-        if st.has_lanes()
-            && let Some((c, at)) = st.new_chunk()
-        {
-            shard.layout.publish_chunk(c, at);
+        if st.has_lanes() {
+            if let Some((c, at)) = st.new_chunk() {
+                shard.layout.publish_chunk(c, at);
+            }
+            shard.layout.publish_times(st.times_at());
         }
         self.release(i, st, &mut fx);
         // A key that merged into one the queue holds is freed here, not
