@@ -9,7 +9,7 @@ use crate::WorkQueue;
 use crate::limiter::{RateLimiter, TokenBucket, default_controller_rate_limiter};
 use crate::metrics::MetricsHook;
 use crate::ordering::{Ordering, Priorities};
-use crate::shard::DEFAULT_SHARDS;
+use crate::shard::{DEFAULT_SHARDS, PARTITION_SHARDS};
 use crate::throttle::Throttle;
 
 /// Configures a [`WorkQueue`]: its name, rate limiter, metrics, starvation
@@ -33,7 +33,8 @@ pub struct Builder<K, O = Priorities> {
     starvation_bound: Option<Duration>,
     throttle: Option<Box<dyn Throttle>>,
     ordering: O,
-    shards: usize,
+    /// `None`: the default, which a partition's builder sets lower.
+    shards: Option<usize>,
 }
 
 impl<K: Key> Builder<K> {
@@ -47,7 +48,7 @@ impl<K: Key> Builder<K> {
             starvation_bound: None,
             throttle: None,
             ordering: Priorities::new(),
-            shards: DEFAULT_SHARDS,
+            shards: None,
         }
     }
 }
@@ -103,7 +104,8 @@ impl<K: Key, O: Ordering<K>> Builder<K, O> {
     }
 
     /// How many shards the queue splits its keys into (rounded up to a
-    /// power of two, at most 64, which is the default).
+    /// power of two, at most 64, which is the default; a
+    /// [partition](crate::partition)'s is 8).
     ///
     /// Each shard has its own lock, so adds, hand-outs and lease ends on
     /// different threads rarely wait for one another. The queue still hands
@@ -141,7 +143,7 @@ impl<K: Key, O: Ordering<K>> Builder<K, O> {
     /// # drop(queue);
     /// ```
     pub fn shards(mut self, n: usize) -> Self {
-        self.shards = n;
+        self.shards = Some(n);
         self
     }
 
@@ -193,7 +195,7 @@ impl<K: Key, O: Ordering<K>> Builder<K, O> {
             self.starvation_bound,
             self.throttle,
             self.ordering,
-            self.shards,
+            self.shards.unwrap_or(DEFAULT_SHARDS),
         )
     }
 }
@@ -224,7 +226,10 @@ impl<K: Key, O: Ordering<K> + Clone> Builder<K, O> {
                 starvation_bound: self.starvation_bound,
                 throttle: throttle.clone().map(|t| Box::new(t) as Box<dyn Throttle>),
                 ordering: self.ordering.clone(),
-                shards: self.shards,
+                // Each partition is its own queue with one consumer task,
+                // and `n` of them are built at once: the default's 64
+                // shards would hold 110 KB each before the first key.
+                shards: Some(self.shards.unwrap_or(PARTITION_SHARDS)),
             })
             .collect()
     }

@@ -48,6 +48,17 @@ use crate::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering::
 /// (`PERFORMANCE.md`). An empty queue holds about 110 KB for them (8: 31 KB).
 #[cfg(not(tokio_workqueue_loom))]
 pub(crate) const DEFAULT_SHARDS: usize = MAX_SHARDS;
+/// Shards a partition's queue has unless told otherwise: a partitioned
+/// queue builds `n` queues at once, each with one consumer task, so the
+/// memory of 64 shards apiece (about 110 KB before the first key) would
+/// count `n` times, for collisions that one consumer does not make. Eight,
+/// the default of every queue before 2026-12-03.
+pub(crate) const PARTITION_SHARDS: usize = if DEFAULT_SHARDS < 8 {
+    DEFAULT_SHARDS
+} else {
+    8
+};
+
 /// Two under loom: enough to explore a hand-out across shards.
 #[cfg(tokio_workqueue_loom)]
 pub(crate) const DEFAULT_SHARDS: usize = 2;

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use tokio::task::coop::unconstrained;
-use tokio_workqueue::{AddOpts, FairShare, WorkQueue};
+use tokio_workqueue::{AddOpts, FairShare, Partitioned, WorkQueue};
 
 /// A small deterministic generator (xorshift), so runs repeat.
 struct Rng(u64);
@@ -150,6 +150,25 @@ fn a_queue_has_the_shards_asked_for_rounded_up_to_a_power_of_two_and_at_most_64(
     assert_eq!(shards(3), 4);
     assert_eq!(shards(64), 64);
     assert_eq!(shards(1_000), 64);
+}
+
+#[test]
+fn a_partition_has_8_shards_unless_told_otherwise() {
+    let by_len = |key: &u32| *key as usize;
+    let default = Partitioned::<u32>::new(3, by_len).unwrap();
+    assert!((0..3).all(|i| default.queue(i).shards() == 8));
+    let asked = WorkQueue::<u32>::builder()
+        .shards(2)
+        .partitioned(2, by_len)
+        .build()
+        .unwrap();
+    assert!((0..2).all(|i| asked.queue(i).shards() == 2));
+    let configured = Partitioned::<u32>::builder(2, by_len)
+        .configure(|i, b| if i == 1 { b.shards(64) } else { b })
+        .build()
+        .unwrap();
+    assert_eq!(configured.queue(0).shards(), 8);
+    assert_eq!(configured.queue(1).shards(), 64);
 }
 
 #[test]

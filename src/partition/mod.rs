@@ -20,7 +20,7 @@
 //! | case | behaviour |
 //! | --- | --- |
 //! | `n == 0` | [`ZeroPartitions`] error from the constructors, never a panic |
-//! | a large `n` | not capped: `n` queues are built at once and [`Partitioned::run`] spawns `n` tasks, so choose `n` for the parallelism you want (the cores, or the nodes), not one per key |
+//! | a large `n` | not capped: `n` queues are built at once (each of 8 shards unless [`Builder::shards`](crate::Builder::shards) says otherwise: about 31 KB before its first key) and [`Partitioned::run`] spawns `n` tasks, so choose `n` for the parallelism you want (the cores, or the nodes), not one per key |
 //! | the partition function returns `i >= n` | the key goes to partition `i % n` |
 //! | the partition function panics | the key goes to partition 0, the panic is counted ([`Partitioned::partition_fn_panics`]) and reported to [`on_panic`](PartitionedBuilder::on_panic); the add goes ahead |
 //! | the reconcile function panics | the panic is caught, the partition's task goes on with its next key, and the key is added again rate limited; counted ([`Partitioned::reconcile_panics`]) and reported |
