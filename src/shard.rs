@@ -41,13 +41,18 @@ use crate::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering::
 /// Shards a queue has unless told otherwise (see
 /// [`Builder::shards`](crate::Builder::shards)): the most it takes. Every
 /// add, hand-out and lease end takes the lock of its key's shard, and on
-/// the Intel VM of #30 a thread that found that lock taken, by the other
-/// core's add or lease end, cost more than the rest of the operation; the
-/// chance of that falls with the number of shards. Paired rounds there
-/// against 8 shards: W1 1.46x, W1-100k 1.57x, W2 1.08x, W4 1.13x
-/// (`PERFORMANCE.md`). An empty queue holds about 110 KB for them (8: 31 KB).
+/// an Intel VM (family 6 model 167) a thread that found that lock taken
+/// by the other core's add or lease end cost more than the rest of the
+/// operation; the chance of that falls with the number of shards. Paired
+/// rounds there against 8 shards: W1 1.46x, W1-100k 1.57x, W2 1.08x, W4
+/// 1.13x (`PERFORMANCE.md`). An empty queue holds about 110 KB for them
+/// (8: 31 KB).
 #[cfg(not(tokio_workqueue_loom))]
 pub(crate) const DEFAULT_SHARDS: usize = MAX_SHARDS;
+/// Two under loom: enough to explore a hand-out across shards.
+#[cfg(tokio_workqueue_loom)]
+pub(crate) const DEFAULT_SHARDS: usize = 2;
+
 /// Shards a partition's queue has unless told otherwise: a partitioned
 /// queue builds `n` queues at once, each with one consumer task, so the
 /// memory of 64 shards apiece (about 110 KB before the first key) would
@@ -58,10 +63,6 @@ pub(crate) const PARTITION_SHARDS: usize = if DEFAULT_SHARDS < 8 {
 } else {
     8
 };
-
-/// Two under loom: enough to explore a hand-out across shards.
-#[cfg(tokio_workqueue_loom)]
-pub(crate) const DEFAULT_SHARDS: usize = 2;
 
 /// The most shards a queue takes.
 pub(crate) const MAX_SHARDS: usize = 64;

@@ -1211,12 +1211,12 @@ impl<K, O: Ordering<K>> State<K, O> {
     /// Hints that the node of `slot` is needed soon, from where `layout`
     /// says its chunk is: without the shard's lock, since nothing is read
     /// through the address (see [`Nodes::prefetch_at`]).
-    #[inline]
     ///
     /// With times kept, the key's ready time too, which the hand-out reads
     /// to observe how long the key waited: on W1 with metrics (an Intel
     /// VM) that read was a fifth of the hand-out's samples, a miss on a
     /// line its producer wrote long before.
+    #[inline]
     pub(crate) fn prefetch_node(layout: &SharedLayout, slot: u32) {
         let (c, offset) = Nodes::<K, Node<O::Entry>>::place(slot as usize);
         if let Some(at) = layout.chunk(c) {

@@ -154,16 +154,16 @@ fn a_queue_has_the_shards_asked_for_rounded_up_to_a_power_of_two_and_at_most_64(
 
 #[test]
 fn a_partition_has_8_shards_unless_told_otherwise() {
-    let by_len = |key: &u32| *key as usize;
-    let default = Partitioned::<u32>::new(3, by_len).unwrap();
+    let by_value = |key: &u32| *key as usize;
+    let default = Partitioned::<u32>::new(3, by_value).unwrap();
     assert!((0..3).all(|i| default.queue(i).shards() == 8));
     let asked = WorkQueue::<u32>::builder()
         .shards(2)
-        .partitioned(2, by_len)
+        .partitioned(2, by_value)
         .build()
         .unwrap();
     assert!((0..2).all(|i| asked.queue(i).shards() == 2));
-    let configured = Partitioned::<u32>::builder(2, by_len)
+    let configured = Partitioned::<u32>::builder(2, by_value)
         .configure(|i, b| if i == 1 { b.shards(64) } else { b })
         .build()
         .unwrap();
