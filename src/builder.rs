@@ -226,9 +226,6 @@ impl<K: Key, O: Ordering<K> + Clone> Builder<K, O> {
                 starvation_bound: self.starvation_bound,
                 throttle: throttle.clone().map(|t| Box::new(t) as Box<dyn Throttle>),
                 ordering: self.ordering.clone(),
-                // Each partition is its own queue with one consumer task,
-                // and `n` of them are built at once: the default's 64
-                // shards would hold 110 KB each before the first key.
                 shards: Some(self.shards.unwrap_or(PARTITION_SHARDS)),
             })
             .collect()

@@ -128,13 +128,12 @@ impl SharedLayout {
             .store(at, Relaxed);
     }
 
-    /// Publishes that the shard's ready times start at `at` (0: none);
-    /// writes only when they moved.
+    /// Publishes that the shard's ready times start at `at` (0: none). An
+    /// add calls it only when they moved
+    /// ([`State::moved_times`](crate::state::State::moved_times)).
     #[inline]
     pub(crate) fn publish_times(&self, at: usize) {
-        if self.times.load(Relaxed) != at {
-            self.times.store(at, Relaxed);
-        }
+        self.times.store(at, Relaxed);
     }
 
     /// Where the shard's ready times start, if it keeps any.

@@ -38,15 +38,9 @@ use crate::state::State;
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering::*};
 
-/// Shards a queue has unless told otherwise (see
-/// [`Builder::shards`](crate::Builder::shards)): the most it takes. Every
-/// add, hand-out and lease end takes the lock of its key's shard, and on
-/// an Intel VM (family 6 model 167) a thread that found that lock taken
-/// by the other core's add or lease end cost more than the rest of the
-/// operation; the chance of that falls with the number of shards. Paired
-/// rounds there against 8 shards: W1 1.46x, W1-100k 1.57x, W2 1.08x, W4
-/// 1.13x (`PERFORMANCE.md`). An empty queue holds about 110 KB for them
-/// (8: 31 KB).
+/// Shards a queue has unless told otherwise: the most it takes
+/// ([`Builder::shards`](crate::Builder::shards) says what they cost and
+/// save).
 #[cfg(not(tokio_workqueue_loom))]
 pub(crate) const DEFAULT_SHARDS: usize = MAX_SHARDS;
 /// Two under loom: enough to explore a hand-out across shards.

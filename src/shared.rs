@@ -347,7 +347,9 @@ impl<K: Key, O: Ordering<K>> Shared<K, O> {
             if let Some((c, at)) = st.new_chunk() {
                 shard.layout.publish_chunk(c, at);
             }
-            shard.layout.publish_times(st.times_at());
+            if let Some(at) = st.moved_times() {
+                shard.layout.publish_times(at);
+            }
         }
         self.release(i, st, &mut fx);
         // A key that merged into one the queue holds is freed here, not

@@ -267,6 +267,9 @@ struct Times {
     epoch: Instant,
     /// When each slot's key last became ready.
     ready_at: Vec<Instant>,
+    /// Whether `ready_at` moved (grew, or was given back) since
+    /// [`State::moved_times`] last said so.
+    moved: bool,
     /// Whether ready keys are linked by age: only the starvation bound
     /// needs the oldest one; metrics need each key's ready time alone.
     age_list: bool,
@@ -493,7 +496,9 @@ fn alloc<K, E>(
     if let Some(t) = times {
         // Overwritten whenever the slot's key becomes ready, before it is
         // read: no clock read needed here.
+        let room = t.ready_at.capacity();
         t.ready_at.push(t.epoch);
+        t.moved |= t.ready_at.capacity() != room;
         if t.age_list {
             t.age.push(AgeLinks {
                 prev: NIL,
@@ -661,6 +666,7 @@ impl<K, O: Ordering<K>> State<K, O> {
             times: (track_times || promote_after.is_some()).then(|| Times {
                 epoch: Instant::now(),
                 ready_at: Vec::new(),
+                moved: false,
                 age_list: promote_after.is_some(),
                 age: Vec::new(),
                 ready: AgeList {
@@ -777,6 +783,7 @@ impl<K, O: Ordering<K>> State<K, O> {
         self.layout = IndexLayout::default();
         if let Some(t) = &mut self.times {
             t.ready_at = Vec::new();
+            t.moved = true;
             t.age = Vec::new();
         }
     }
@@ -1227,10 +1234,22 @@ impl<K, O: Ordering<K>> State<K, O> {
         }
     }
 
-    /// Where the ready times start (0: none kept), for
-    /// [`SharedLayout::publish_times`].
+    /// Where the ready times start, if they moved since the last call,
+    /// for [`SharedLayout::publish_times`]: as [`new_chunk`](Self::new_chunk)
+    /// does for nodes, so an add that moved nothing touches nothing of the
+    /// layout.
     #[inline]
-    pub(crate) fn times_at(&self) -> usize {
+    pub(crate) fn moved_times(&mut self) -> Option<usize> {
+        let moved = self
+            .times
+            .as_mut()
+            .is_some_and(|t| std::mem::take(&mut t.moved));
+        moved.then(|| self.times_at())
+    }
+
+    /// Where the ready times start (0: none kept).
+    #[inline]
+    fn times_at(&self) -> usize {
         self.times
             .as_ref()
             .filter(|t| t.ready_at.capacity() > 0)
@@ -1543,6 +1562,11 @@ mod tests {
         let t = timed.times.as_ref().unwrap();
         let third = std::ptr::from_ref(&t.ready_at[2]).addr();
         assert_eq!(timed.times_at() + 2 * size_of::<Instant>(), third);
+        // Said once per move: the array grew at the first add and again
+        // past its first room, and not since.
+        assert_eq!(timed.moved_times(), Some(timed.times_at()));
+        assert_eq!(timed.moved_times(), None);
+        assert_eq!(plain.moved_times(), None);
     }
 
     #[test]
