@@ -84,6 +84,12 @@ impl<K: Key, O: Ordering<K>> Builder<K, O> {
     /// so a backlog of old keys drains within the bound as long as it is not
     /// larger than what consumers take in half the bound.
     ///
+    /// A key's wait counts from its ready time, the clock reading its add
+    /// took before taking its shard's lock. An add that took effect later
+    /// than that (its thread stopped in between) counts from when it did:
+    /// a hand-out reads every shard's oldest ready time only once one can
+    /// be past the bound, by what the last such look saw.
+    ///
     /// Cost: one clock read per key made ready and per hand-out, and a ready
     /// time and two links (24 bytes) per key slot. A zero bound hands keys out
     /// strictly in the order they became ready, ignoring priorities and the
