@@ -85,10 +85,11 @@ impl<K: Key, O: Ordering<K>> Builder<K, O> {
     /// larger than what consumers take in half the bound.
     ///
     /// A key's wait counts from its ready time, the clock reading its add
-    /// took before taking its shard's lock. An add that took effect later
-    /// than that (its thread stopped in between) counts from when it did:
-    /// a hand-out reads every shard's oldest ready time only once one can
-    /// be past the bound, by what the last such look saw.
+    /// took before taking its shard's lock. A hand-out reads every shard's
+    /// oldest ready time only once one can be past the bound, by what the
+    /// last such look saw; so a key whose add took effect well after its
+    /// reading (its thread stopped in between) may wait up to the bound
+    /// from when the add took effect instead.
     ///
     /// Cost: one clock read per key made ready and per hand-out, and a ready
     /// time and two links (24 bytes) per key slot. A zero bound hands keys out
