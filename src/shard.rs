@@ -323,6 +323,13 @@ pub(crate) fn oldest_past(marks: &Marks, (after, now): (u64, u64)) -> Option<Pic
 mod tests {
     use super::*;
 
+    /// Shows shard `i`'s oldest ready key as ready at `at`, number `seq`,
+    /// as its lock's holder would.
+    fn show_oldest(marks: &Marks, i: usize, at: u64, seq: u32) {
+        marks.rest[i].oldest.store(at, SeqCst);
+        marks.rest[i].oldest_seq.store(seq, SeqCst);
+    }
+
     /// With a starvation bound, `pick` names the shard whose oldest key is
     /// the oldest past the bound, with that key's time and number exactly,
     /// and with no key past the bound, the one shard if it has a key.
@@ -336,8 +343,7 @@ mod tests {
             // Shard `last` holds the oldest key; its number has the top bit
             // set, and ties on time go to the earlier number.
             for (i, at, seq) in [(0, 100, 3), (last, 40, u32::MAX - 1)] {
-                marks.rest[i].oldest.store(at, SeqCst);
-                marks.rest[i].oldest_seq.store(seq, SeqCst);
+                show_oldest(&marks, i, at, seq);
             }
             let now = 1_000;
             assert_eq!(
@@ -366,44 +372,31 @@ mod tests {
     #[test]
     fn a_look_that_finds_none_past_the_bound_waits_until_one_could_be() {
         let marks = Marks::new(8, true);
-        let set = |i: usize, at: u64| {
-            marks.rest[i].oldest.store(at, SeqCst);
-            marks.rest[i].oldest_seq.store(0, SeqCst);
-        };
+        let set = |i, at| show_oldest(&marks, i, at, 0);
+        // A bound of 500: what a look at `now` picks.
+        let look = |now| oldest_past(&marks, (500, now));
         set(3, 100);
-        assert_eq!(oldest_past(&marks, (500, 400)), None);
+        assert_eq!(look(400), None);
         // The earliest a key can be past the bound is 100 + 500.
         set(5, 50);
-        assert_eq!(oldest_past(&marks, (500, 599)), None);
-        assert_eq!(
-            oldest_past(&marks, (500, 600)),
-            Some(Pick::Oldest(5, 50, 0))
-        );
+        assert_eq!(look(599), None);
+        assert_eq!(look(600), Some(Pick::Oldest(5, 50, 0)));
         // Past the bound no note is left: each hand-out looks.
-        assert_eq!(
-            oldest_past(&marks, (500, 601)),
-            Some(Pick::Oldest(5, 50, 0))
-        );
+        assert_eq!(look(601), Some(Pick::Oldest(5, 50, 0)));
         // Both taken, a look at 1_000 with nothing ready notes 1_500: a key
         // that then shows up ready since 900 waits for that.
         set(5, u64::MAX);
         set(3, u64::MAX);
-        assert_eq!(oldest_past(&marks, (500, 1_000)), None);
+        assert_eq!(look(1_000), None);
         set(1, 900);
-        assert_eq!(oldest_past(&marks, (500, 1_499)), None);
-        assert_eq!(
-            oldest_past(&marks, (500, 1_500)),
-            Some(Pick::Oldest(1, 900, 0))
-        );
+        assert_eq!(look(1_499), None);
+        assert_eq!(look(1_500), Some(Pick::Oldest(1, 900, 0)));
         // The clock went back by more than the bound: the note is not
         // trusted and the marks are read.
         set(1, u64::MAX);
-        assert_eq!(oldest_past(&marks, (500, 10_000)), None);
+        assert_eq!(look(10_000), None);
         set(2, 0);
-        assert_eq!(
-            oldest_past(&marks, (500, 9_000)),
-            Some(Pick::Oldest(2, 0, 0))
-        );
+        assert_eq!(look(9_000), Some(Pick::Oldest(2, 0, 0)));
     }
 
     /// Two shards' oldest keys ready at the same time: the one that drew
@@ -412,8 +405,7 @@ mod tests {
     fn pick_breaks_ties_on_time_by_the_earlier_number() {
         let marks = Marks::new(2, true);
         for (i, seq) in [(0, 5), (1, u32::MAX)] {
-            marks.rest[i].oldest.store(40, SeqCst);
-            marks.rest[i].oldest_seq.store(seq, SeqCst);
+            show_oldest(&marks, i, 40, seq);
         }
         assert_eq!(
             pick(&marks, Some((10, 100))),
