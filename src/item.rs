@@ -233,7 +233,7 @@ impl<K, O: Ordering<K>> WorkItem<K, O> {
             outcome = Err(e);
         }
         let shard = self.shard as usize;
-        let mut st = crate::sync::lock_briefly(&shared.shards[shard].state);
+        let mut st = shared.shards[shard].state.lock();
         // A shutdown refuses requeues from the moment it begins, as adds.
         if readd.is_some() && shared.is_shutting_down() {
             readd = None;

@@ -217,6 +217,14 @@ mod timer;
 mod waiters;
 mod workers;
 
+/// The lock of `src/sync/lock.rs`, for its loom model (`tests/loom_lock.rs`), reachable
+/// only in the loom build.
+#[cfg(tokio_workqueue_loom)]
+#[doc(hidden)]
+pub mod __loom {
+    pub use crate::sync::lock::{Mutex, new_mutex};
+}
+
 pub use builder::Builder;
 pub use drain::{Drain, DrainReport};
 pub use error::AddError;

@@ -334,7 +334,7 @@ impl<K: Key, O: Ordering<K>> Shared<K, O> {
         let shard = &self.shards[i];
         // The lookup's cache misses start before the lock is taken.
         shard.layout.load().prefetch(h);
-        let mut st = crate::sync::lock_briefly(&shard.state);
+        let mut st = shard.state.lock();
         if self.is_shutting_down() {
             return Err(AddError::ShuttingDown);
         }
@@ -450,7 +450,7 @@ impl<K: Key, O: Ordering<K>> Shared<K, O> {
             && let Some(pick) = shard::oldest_past(&self.marks, promote)
         {
             let i = pick.shard();
-            let mut st = crate::sync::lock_briefly(&self.shards[i].state);
+            let mut st = self.shards[i].state.lock();
             if pick.holds(&st)
                 && let Some(popped) = st.pop(now)
             {
@@ -469,7 +469,7 @@ impl<K: Key, O: Ordering<K>> Shared<K, O> {
                 now.get_or_insert_with(Instant::now);
             }
             let i = ticket.shard;
-            let mut st = crate::sync::lock_briefly(&self.shards[i].state);
+            let mut st = self.shards[i].state.lock();
             // `None`: stale, its key was raised or taken out of turn.
             if let Some(popped) = st.take(ticket, now) {
                 return self.hand_out(i, st, popped);

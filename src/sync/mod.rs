@@ -1,11 +1,13 @@
 //! The synchronisation primitives the queue is built on, swappable for loom's.
 //!
-//! Normal builds use `parking_lot`'s mutex and tokio's `Notify` (for drain
-//! waiters; consumers wait in the queue's own waiter table). Built with
-//! `RUSTFLAGS="--cfg tokio_workqueue_loom"`, the mutex is loom's (wrapped to
-//! keep `parking_lot`'s API: `lock()` returns the guard, no `Result`) and
-//! `Notify` is a small loom-based stand-in for tokio's, so loom can explore
-//! every interleaving of adds, hand-outs, lease ends and shutdowns (see
+//! Normal builds use the crate's own lock ([`lock`]: taken with a
+//! compare-and-swap, released with a plain store) and tokio's `Notify` (for
+//! drain waiters; consumers wait in the queue's own waiter table). Built
+//! with `RUSTFLAGS="--cfg tokio_workqueue_loom"`, the mutex is loom's
+//! (wrapped to keep `lock_api`'s API: `lock()` returns the guard, no
+//! `Result`) and `Notify` is a small loom-based stand-in for tokio's, so
+//! loom can explore every interleaving of adds, hand-outs, lease ends and
+//! shutdowns (see
 //! `tests/loom_*.rs`). A crate-specific cfg is used rather than `cfg(loom)`
 //! because tokio changes under `cfg(loom)` and would then need loom's
 //! runtime everywhere.
@@ -20,8 +22,14 @@
 //!   throttle are covered by the property tests in `tests/model.rs` (paused
 //!   tokio time) and the multi-threaded stress test and soak example instead.
 //! - The rate limiters' own locks, which the models do not use.
+//! - The crate's lock itself, in the queue's models (loom's mutex, one
+//!   step per lock and unlock, keeps their state space small): it has
+//!   models of its own (`tests/loom_lock.rs`), in which a waiter yields
+//!   where it would park.
 
 pub(crate) use std::sync::Arc;
+
+pub(crate) mod lock;
 
 /// A pause in a loop that waits for another thread: a hint to the CPU, or
 /// under loom a yield, so that the model schedules the other thread.
@@ -31,70 +39,6 @@ pub(crate) fn spin() {
     std::hint::spin_loop();
     #[cfg(tokio_workqueue_loom)]
     loom::thread::yield_now();
-}
-
-/// How often [`lock_briefly`] looks at a lock, with a pause between looks,
-/// before it yields.
-#[cfg(not(tokio_workqueue_loom))]
-const SPINS: u32 = 64;
-/// None under loom: a look that fails and then waits is the same to the
-/// model as a wait, and every look would be one more branch to explore.
-#[cfg(tokio_workqueue_loom)]
-const SPINS: u32 = 0;
-
-/// How often [`lock_briefly`] gives the thread's CPU up, and looks again,
-/// before it waits parked: about 75 µs of `sched_yield` on the VMs of
-/// `PERFORMANCE.md`.
-#[cfg(not(tokio_workqueue_loom))]
-const YIELDS: u32 = 256;
-/// None under loom, whose threads only run when the model schedules them.
-#[cfg(tokio_workqueue_loom)]
-const YIELDS: u32 = 0;
-
-/// A shard's lock, taken the way its holders' short sections want: looked
-/// at for about a microsecond, then given a few hundred yields of the CPU,
-/// and only then waited for parked.
-///
-/// `parking_lot`'s own `lock` spins for 14 pauses (about 0.2 µs on an
-/// Intel VM), yields 7 times, then parks, and once one thread is parked
-/// on a lock every later one parks at once. An add or a lease end holds a
-/// shard's lock for well under a microsecond, but a holder that an
-/// interrupt or the scheduler stops holds it for tens of microseconds,
-/// a few hundred times in W1's million keys; each parked waiter then costs
-/// a futex wait, and its unlocker a futex wake. Yielding instead lets a
-/// holder preempted on the waiter's own CPU run, and took W1's futex calls
-/// from 0.85 to 0.28 per 1,000 keys (W1-100k from 1.77 to 0.44) at the same
-/// throughput (`PERFORMANCE.md`, "Waiting for a shard's lock"). A look
-/// reads the lock before it tries to take it, so that waiters do not take
-/// the line from the holder just to find it held.
-#[inline]
-pub(crate) fn lock_briefly<T>(lock: &Mutex<T>) -> MutexGuard<'_, T> {
-    for round in 0..SPINS + YIELDS {
-        if is_free(lock)
-            && let Some(guard) = lock.try_lock()
-        {
-            return guard;
-        }
-        if round < SPINS {
-            spin();
-        } else {
-            #[cfg(not(tokio_workqueue_loom))]
-            std::thread::yield_now();
-        }
-    }
-    lock.lock()
-}
-
-/// Whether `lock` looks free (always, under loom: its mutex cannot say).
-#[inline]
-fn is_free<T>(lock: &Mutex<T>) -> bool {
-    #[cfg(not(tokio_workqueue_loom))]
-    return !lock.is_locked();
-    #[cfg(tokio_workqueue_loom)]
-    {
-        let _ = lock;
-        true
-    }
 }
 
 /// Atomics: loom's under the loom cfg, so the models explore the shards'
@@ -112,7 +56,7 @@ pub(crate) mod atomic {
 }
 
 #[cfg(not(tokio_workqueue_loom))]
-pub(crate) use parking_lot::{Mutex, MutexGuard};
+pub(crate) use self::lock::{Mutex, MutexGuard};
 #[cfg(not(tokio_workqueue_loom))]
 pub(crate) use tokio::sync::Notify;
 
@@ -129,7 +73,7 @@ mod loom_impl {
     use std::pin::Pin;
     use std::task::{Context, Poll, Waker};
 
-    /// loom's mutex with `parking_lot`'s API.
+    /// loom's mutex with `lock_api`'s API.
     pub(crate) struct Mutex<T>(loom::sync::Mutex<T>);
 
     impl<T> Mutex<T> {
