@@ -74,8 +74,11 @@ pub(crate) struct Shard<K, O: Ordering<K>> {
 /// Whether a key is ready shows only for the one shard of a queue that
 /// does not split: a split queue's lanes say that, and hold its order. It
 /// sits on a line of its own, apart from the lock, which every add writes.
-/// The rest of a shard's mark (its oldest ready key, with a starvation
-/// bound, and its status) changes rarely, and sits on lines of its own.
+/// The rest of a shard's mark sits on lines of its own: its status, which
+/// changes twice in a queue's life, and (with a starvation bound) when its
+/// oldest ready key became ready, which changes with every hand-out of that
+/// key and every add to an empty shard, so only queues with a bound pay for
+/// it.
 pub(crate) struct Marks {
     ready: Ready,
     rest: Box<[Mark]>,
