@@ -34,18 +34,24 @@ fn add_one(m: &Mutex<UnsafeCell<u32>>) {
     g.with_mut(|p| unsafe { *p = v + 1 });
 }
 
-#[test]
-fn two_holders_never_overlap_and_see_each_others_writes() {
-    loom::model(|| {
+/// Two threads, each taking the lock `times` times to add one: the total
+/// shows that no update was lost, and loom that no two sections overlapped.
+fn two_threads_adding(times: u32) {
+    loom::model(move || {
         let m = Arc::new(new_mutex(UnsafeCell::new(0u32)));
         let other = {
             let m = m.clone();
-            thread::spawn(move || add_one(&m))
+            thread::spawn(move || (0..times).for_each(|_| add_one(&m)))
         };
-        add_one(&m);
+        (0..times).for_each(|_| add_one(&m));
         other.join().unwrap();
-        assert_eq!(m.lock().with(|p| unsafe { *p }), 2);
+        assert_eq!(m.lock().with(|p| unsafe { *p }), 2 * times);
     });
+}
+
+#[test]
+fn two_holders_never_overlap_and_see_each_others_writes() {
+    two_threads_adding(1);
 }
 
 /// Each holder twice, so that a lock is taken again after its own
@@ -54,20 +60,7 @@ fn two_holders_never_overlap_and_see_each_others_writes() {
 /// branch limit; `src/sync/lock.rs`'s unit test runs four real threads).
 #[test]
 fn holders_taking_it_again_never_overlap() {
-    loom::model(|| {
-        let m = Arc::new(new_mutex(UnsafeCell::new(0u32)));
-        let other = {
-            let m = m.clone();
-            thread::spawn(move || {
-                add_one(&m);
-                add_one(&m);
-            })
-        };
-        add_one(&m);
-        add_one(&m);
-        other.join().unwrap();
-        assert_eq!(m.lock().with(|p| unsafe { *p }), 4);
-    });
+    two_threads_adding(2);
 }
 
 /// A `try_lock` fails while the lock is held and takes nothing; once the

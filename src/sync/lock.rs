@@ -170,6 +170,7 @@ impl RawLock {
     }
 
     /// The parking lot's key for this lock: its address.
+    #[cfg(not(tokio_workqueue_loom))]
     fn key(&self) -> usize {
         std::ptr::from_ref(self) as usize
     }
@@ -209,7 +210,6 @@ impl RawLock {
     /// other threads a turn instead, so that the holder runs.
     #[cfg(tokio_workqueue_loom)]
     fn park(&self) {
-        let _ = self.key();
         loom::thread::yield_now();
     }
 
