@@ -23,14 +23,16 @@ pub const LEASE: Duration = Duration::from_millis(600);
 pub const RENEW: Duration = Duration::from_millis(400);
 pub const RETRY: Duration = Duration::from_millis(100);
 
-/// What a crash failover may take beyond a lease duration and a retry
-/// period, counted from the crash: a renewal already sent when the leader
-/// crashed still lands (the client's connection is not the crashed task's),
-/// and the follower's read that saw the last renewal, then the taker's read
-/// and write, each take a request's time, which on a loaded 2-core machine
-/// running a debug build is tens of milliseconds (CI saw 767 ms against a
-/// bound of 700 ms with no allowance). Locally failovers take 590-610 ms.
-pub const FAILOVER_SLACK: Duration = RETRY;
+/// The longest a crash failover may take, counted from the crash: a lease
+/// duration and a retry period (the elector's promise, from the last
+/// renewal it saw), and one retry period more of slack. A renewal already
+/// sent when the leader crashed still lands (the client's connection is
+/// not the crashed task's), and the follower's read that saw the last
+/// renewal, then the taker's read and write, each take a request's time,
+/// which on a loaded 2-core machine running a debug build is tens of
+/// milliseconds (CI saw 767 ms against 700 ms with no slack). Locally
+/// failovers take 590-610 ms.
+pub const CRASH_FAILOVER_MAX: Duration = LEASE.saturating_add(RETRY).saturating_add(RETRY);
 
 /// A local API server holding the ConfigMaps `cm-0..n` in `default`.
 pub async fn server_with_configmaps(n: usize) -> kube_local_apiserver::LocalApiServer {
