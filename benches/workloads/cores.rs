@@ -71,17 +71,23 @@ pub fn round_trip_ns() -> Option<f64> {
         return None;
     }
     let line = Arc::new(Line(AtomicU64::new(0)));
+    // Raised by the measuring side however it ends. A flag of its own, not
+    // a value of `line`: this thread, descheduled between reading a value
+    // and answering it for longer than `BOUND`, answers after the other
+    // side has given up, and would overwrite such a value, then spin
+    // forever while the other side waits to join it (a 16-worker run on
+    // two cores once hung so).
+    let done = Arc::new(Line(AtomicU64::new(0)));
     let other = {
-        let line = line.clone();
+        let (line, done) = (line.clone(), done.clone());
         std::thread::spawn(move || {
-            // Answers each odd value with the next even one, until u64::MAX
-            // (which the measuring side stores however it ends).
+            // Answers each odd value with the next even one, until `done`.
             let mut expect = 1;
             loop {
-                let v = line.0.load(Ordering::Acquire);
-                if v == u64::MAX {
+                if done.0.load(Ordering::Acquire) != 0 {
                     return;
                 }
+                let v = line.0.load(Ordering::Acquire);
                 if v == expect {
                     line.0.store(v + 1, Ordering::Release);
                     expect += 2;
@@ -112,7 +118,7 @@ pub fn round_trip_ns() -> Option<f64> {
         }
         chunks.push(chunk.elapsed().as_nanos() as f64 / CHUNK as f64);
     }
-    line.0.store(u64::MAX, Ordering::Release);
+    done.0.store(1, Ordering::Release);
     let _ = other.join();
     if i < TRIPS {
         return None;
