@@ -72,11 +72,12 @@ pub fn round_trip_ns() -> Option<f64> {
     }
     let line = Arc::new(Line(AtomicU64::new(0)));
     // Raised by the measuring side however it ends. A flag of its own, not
-    // a value of `line`: this thread, descheduled between reading a value
-    // and answering it for longer than `BOUND`, answers after the other
-    // side has given up, and would overwrite such a value, then spin
-    // forever while the other side waits to join it (a 16-worker run on
-    // two cores once hung so).
+    // a value of `line`: the answering thread, descheduled between reading
+    // a value and answering it for longer than `BOUND`, answers after the
+    // other side has given up, and would overwrite such a value, then spin
+    // forever while the other side waits to join it (the likeliest cause
+    // of a 16-worker run's stall on two cores). On a line of its own, so
+    // that looking at it does not move the counter's line.
     let done = Arc::new(Line(AtomicU64::new(0)));
     let other = {
         let (line, done) = (line.clone(), done.clone());
