@@ -177,7 +177,8 @@ async fn failures(ns: TestNamespace) {
     let flaky = record.starts("flaky");
     let gap = flaky[5] - flaky[4];
     assert!(
-        gap >= BASE && gap < BASE * 4,
+        // Below 8x with room for a late timer on a loaded machine.
+        gap >= BASE && gap < BASE * 6,
         "after a success the backoff starts again from {BASE:?}, not {:?}: {gap:?}",
         BASE * 8
     );

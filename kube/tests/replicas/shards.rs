@@ -1603,9 +1603,12 @@ async fn with_split_caches_a_coordinator_that_shuts_down_hands_over_at_once() {
     println!("the survivor labelled every object {relabelled:?} after the coordinator left");
     // Had the Lease been left to expire, the survivor would have taken it
     // a lease duration after the last renewal it saw, a retry period at
-    // most before the shutdown: 500 ms after it at the earliest.
+    // most before the shutdown: 500 ms after it at the earliest. The bound
+    // sits below that, with room for the election's requests, a new
+    // list and watch and three rounds of label patches on a loaded
+    // machine (locally they take a few tens of milliseconds).
     assert!(
-        relabelled < LEASE / 2,
+        relabelled < LEASE * 3 / 4,
         "{relabelled:?}: the next coordinator waited for the Lease to expire"
     );
     assert_eq!(coordinator(&server).await, live[0]);
