@@ -17,7 +17,8 @@ use tokio_workqueue_kube::{Action, Manager, ManagerError};
 
 use crate::manager_common::Running;
 use crate::replica_common::{
-    LEASE, RENEW, RETRY, Record, TestError, fast_lease, lease_holder, server_with_configmaps,
+    LEASE, RELEASE_FAILOVER_MAX, RENEW, RETRY, Record, TestError, fast_lease, lease_holder,
+    server_with_configmaps,
 };
 
 const LIMIT: Duration = Duration::from_secs(5);
@@ -155,7 +156,7 @@ async fn one_election_for_every_controller_and_a_release_hands_over_at_once() {
         .min()
         .unwrap();
     assert!(
-        first - released <= RETRY * 3,
+        first - released <= RELEASE_FAILOVER_MAX,
         "the new leader started {:?} after the release",
         first - released
     );

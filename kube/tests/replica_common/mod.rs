@@ -34,6 +34,14 @@ pub const RETRY: Duration = Duration::from_millis(100);
 /// failovers take 590-610 ms.
 pub const CRASH_FAILOVER_MAX: Duration = LEASE.saturating_add(RETRY).saturating_add(RETRY);
 
+/// The longest a failover after a release may take, counted from the
+/// release: the followers' next try, at most a retry period away, and one
+/// retry period more for its read and write on a loaded machine. Still
+/// below the 500 ms (a lease duration less a retry period) that waiting
+/// for the Lease to expire would take at the earliest. Locally releases
+/// hand over in 90-100 ms.
+pub const RELEASE_FAILOVER_MAX: Duration = RETRY.saturating_mul(3);
+
 /// A local API server holding the ConfigMaps `cm-0..n` in `default`.
 pub async fn server_with_configmaps(n: usize) -> kube_local_apiserver::LocalApiServer {
     let server = kube_local_apiserver::LocalApiServer::start().await;

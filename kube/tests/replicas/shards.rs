@@ -1606,7 +1606,7 @@ async fn with_split_caches_a_coordinator_that_shuts_down_hands_over_at_once() {
     // most before the shutdown: 500 ms after it at the earliest. The bound
     // sits below that, with room for the election's requests, a new
     // list and watch and three rounds of label patches on a loaded
-    // machine (locally they take a few tens of milliseconds).
+    // machine (locally about 110 ms in all).
     assert!(
         relabelled < LEASE * 3 / 4,
         "{relabelled:?}: the next coordinator waited for the Lease to expire"
